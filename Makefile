@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both build .venv first when it
+# is missing or older than requirements.lock (about 2 minutes; pip reads the local wheel of
+# torch 2.13.0+cpu, so no CUDA build is ever pulled).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export TF_CPP_MIN_LOG_LEVEL := 2
+export PYTHONHASHSEED := 0
+
+.PHONY: venv test demo lint format lock clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.lock setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
+	touch $@
+
+test: venv
+	$(PY) -m pytest -q tests
+
+demo: venv
+	$(PY) -m samtone_jax.cli demo
+
+lint: venv
+	$(PY) -m ruff format --check samtone_jax tests benchmarks
+	$(PY) -m ruff check samtone_jax tests benchmarks
+
+format: venv
+	$(PY) -m ruff format samtone_jax tests benchmarks
+	$(PY) -m ruff check --fix samtone_jax tests benchmarks
+
+# Re-resolve requirements.in into requirements.lock (needs the package registry).
+lock:
+	rm -rf /tmp/samtone-lock-venv && $(PYTHON) -m venv /tmp/samtone-lock-venv
+	/tmp/samtone-lock-venv/bin/pip install --quiet -r requirements.in
+	(echo "# Generated: pip freeze of a Python 3.11 venv built from requirements.in (make lock). Do not edit by hand."; \
+	 /tmp/samtone-lock-venv/bin/pip freeze | grep -v '^-e') > requirements.lock
+
+clean:
+	rm -rf $(VENV) build *.egg-info

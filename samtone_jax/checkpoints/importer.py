@@ -1,0 +1,77 @@
+"""Import a public T5 encoder (Hugging Face, T5X, Mesh-TF) into our DualEncoder parameter tree.
+
+SDE: the encoder is the source encoder. ADE / ADE-SPL: both towers start as copies of it. The
+projection comes from the source when it has one (t5x_retrieval's `projection_layer/kernel`),
+else it is freshly initialised from `seed`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+
+from samtone_jax.checkpoints import hf, mtf, t5x
+from samtone_jax.checkpoints.source import CheckpointMismatchError, report_unused, tower_from_source
+from samtone_jax.models import DualEncoder, init_params
+from samtone_jax.models.dual_encoder import Projection
+
+FORMATS = {"hf": hf.open_source, "t5x": t5x.open_source, "mtf": mtf.open_source}
+
+
+def abstract_params(model: DualEncoder):
+    """Shapes and dtypes of the model's (unboxed) parameters, without allocating them."""
+    return jax.eval_shape(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(0))))
+
+
+def _projection(source, model: DualEncoder, expected, seed: int) -> np.ndarray:
+    if source.projection_name in source.name_set:
+        got = tuple(source.shape(source.projection_name))
+        if got != tuple(expected.shape):
+            raise CheckpointMismatchError(
+                f"{source.description}: {source.projection_name!r} has shape {got} but the model's "
+                f"projection is {tuple(expected.shape)}; set DualEncoder.projection_dim = {got[-1]}"
+            )
+        return np.asarray(source.read(source.projection_name), expected.dtype)
+    layer = Projection(expected.shape[-1], model.config.param_dtype)
+    init = layer.init(jax.random.PRNGKey(seed), jnp.zeros((1, expected.shape[0]), jnp.float32))
+    return np.asarray(nn.unbox(init)["params"]["kernel"])
+
+
+def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tuple[dict, dict]:
+    """Parameters for `model` from checkpoint `src` in format `fmt` ('hf' | 't5x' | 'mtf').
+
+    Returns (params: nested dict of numpy arrays, info: what was used / ignored).
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"--format={fmt!r}: must be one of {sorted(FORMATS)}")
+    source = FORMATS[fmt](src, model.config)
+    abstract = abstract_params(model)
+    tower_key = "encoder" if model.architecture == "sde" else "query_encoder"
+    tower, used = tower_from_source(source, abstract[tower_key])
+    projection_key = "query_projection" if model.architecture == "ade" else "projection"
+    kernel = _projection(source, model, abstract[projection_key]["kernel"], seed)
+    report_unused(source, used)
+
+    if model.architecture == "sde":
+        params = {"encoder": tower, "projection": {"kernel": kernel}}
+    else:
+        # Two towers that start equal but train apart: independent copies, not aliases.
+        params = {
+            "query_encoder": tower,
+            "document_encoder": jax.tree_util.tree_map(np.copy, tower),
+        }
+        if model.architecture == "ade_spl":
+            params["projection"] = {"kernel": kernel}
+        else:
+            params["query_projection"] = {"kernel": kernel}
+            params["document_projection"] = {"kernel": kernel.copy()}
+    info = {
+        "format": fmt,
+        "source": src,
+        "variables_used": len(used),
+        "projection_from_source": source.projection_name in source.name_set,
+        "unused_variables": sorted(set(source.names) - used - {source.projection_name}),
+    }
+    return params, info

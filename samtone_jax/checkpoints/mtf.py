@@ -1,0 +1,56 @@
+"""Mesh-TensorFlow T5 / T5.1.1 checkpoints (the original release format), read with tf.train.
+
+Variables are named `encoder/block_000/layer_000/SelfAttention/q` ..., kernels stored [in, out];
+the shared relative-position bias lives in block 0 only (`relative_attention_type='bias_shared'`).
+Norms are `rms_norm/scale` in T5.1.1 checkpoints and `layer_norm/scale` in older ones. Adafactor
+slot variables (`*_slot_v`, `*_slot_vc`, `*_slot_vr`) and the decoder are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+
+from samtone_jax.checkpoints.source import Source
+
+_SLOT = re.compile(r"_slot_v[rc]?$")
+
+
+def _norm(prefix: str) -> list[str]:
+    return [f"{prefix}/rms_norm/scale", f"{prefix}/layer_norm/scale"]
+
+
+def _locate(path):
+    first = path[0]
+    if first == "token_embedder":
+        return ["shared/embedding"], False
+    if first == "relpos_bias":
+        return ["encoder/block_000/layer_000/SelfAttention/relative_attention_bias"], False
+    if first == "encoder_norm":
+        return [*_norm("encoder"), "encoder/final_layer_norm/scale"], False
+    block = f"encoder/block_{int(first.split('_')[1]):03d}"
+    if path[1] == "pre_attention_layer_norm":
+        return _norm(f"{block}/layer_000"), False
+    if path[1] == "pre_mlp_layer_norm":
+        return _norm(f"{block}/layer_001"), False
+    if path[1] == "attention":
+        letter = {"query": "q", "key": "k", "value": "v", "out": "o"}[path[2]]
+        return [f"{block}/layer_000/SelfAttention/{letter}"], False
+    return [f"{block}/layer_001/DenseReluDense/{path[2]}/kernel"], False
+
+
+def open_source(path: str, config=None) -> Source:
+    import tensorflow as tf
+
+    try:
+        reader = tf.train.load_checkpoint(path)
+    except (ValueError, tf.errors.NotFoundError) as e:
+        raise FileNotFoundError(f"{path}: not a readable TF checkpoint (prefix or directory): {e}") from e
+    shapes = reader.get_variable_to_shape_map()
+    return Source(
+        description=f"Mesh-TF checkpoint {path}",
+        names=sorted(shapes),
+        read=reader.get_tensor,
+        shape=lambda n: tuple(shapes[n]),
+        locate=_locate,
+        is_encoder_variable=lambda n: n.startswith("encoder/") and not _SLOT.search(n),
+    )

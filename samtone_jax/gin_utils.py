@@ -1,0 +1,49 @@
+"""Gin: the configurables this project exposes, the search path, and parsing with clear errors.
+
+Layering follows T5X: `architectures/` (sde, ade, ade_spl) -> `models/` (T5.1.1 sizes) ->
+`losses/` -> `runs/`. Files are looked up relative to the current directory first, then
+relative to the repository's `gin_configs/`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import gin
+
+from samtone_jax.models import DualEncoder as _DualEncoder
+from samtone_jax.models import T5Config as _T5Config
+
+GIN_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "gin_configs"
+
+# The gin-wrapped classes: calling them picks up the bound parameters.
+T5Config = gin.external_configurable(_T5Config, "T5Config")
+DualEncoder = gin.external_configurable(_DualEncoder, "DualEncoder")
+
+
+def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finalize: bool = True) -> None:
+    """Parse `gin_files` then `bindings` (e.g. "T5Config.dropout_rate = 0.1") into the global config.
+
+    Raises ValueError naming the file and the gin name when a file is missing, a name is not
+    configurable (typo), or a binding does not parse.
+    """
+    gin.clear_config()
+    gin.add_config_file_search_path(os.getcwd())
+    gin.add_config_file_search_path(str(GIN_CONFIGS_DIR))
+    for path in gin_files:
+        if not (os.path.exists(path) or (GIN_CONFIGS_DIR / path).exists()):
+            raise ValueError(f"gin file {path!r} not found in {os.getcwd()} nor in {GIN_CONFIGS_DIR}")
+    try:
+        gin.parse_config_files_and_bindings(list(gin_files), list(bindings), finalize_config=finalize)
+    except (ValueError, KeyError, SyntaxError, TypeError) as e:
+        raise ValueError(f"gin config {list(gin_files)} with bindings {list(bindings)} is invalid: {e}") from e
+
+
+def model() -> _DualEncoder:
+    """The DualEncoder the parsed gin config describes (`DualEncoder.*`, `T5Config.*`)."""
+    try:
+        return DualEncoder(config=T5Config())
+    except TypeError as e:
+        raise ValueError(f"gin config does not describe a DualEncoder: {e} (include a gin_configs/models/*.gin)") from e

@@ -1,0 +1,15 @@
+"""T5.1.1 encoder towers and the dual encoders built from them."""
+
+from samtone_jax.models.dual_encoder import ARCHITECTURES, DualEncoder, init_params, l2_normalize, mean_pool
+from samtone_jax.models.t5 import PAD_ID, T5Config, T5Encoder
+
+__all__ = [
+    "ARCHITECTURES",
+    "PAD_ID",
+    "DualEncoder",
+    "T5Config",
+    "T5Encoder",
+    "init_params",
+    "l2_normalize",
+    "mean_pool",
+]

@@ -1,0 +1,132 @@
+"""Dual encoders over T5 towers: SDE, ADE and ADE-SPL (Dong et al. 2022; SamToNe, Moiseev et al. 2023).
+
+  sde      one tower and one projection for queries and documents (every parameter shared);
+  ade      a query tower and a document tower, each with its own projection;
+  ade_spl  two towers, one shared projection ("ADE with shared projection layer").
+
+Embedding of a text: tower hidden states -> mean over non-padding tokens -> projection
+without bias -> L2 normalisation. Parameter trees (what importers and exporters rely on):
+
+  sde:      {encoder, projection}
+  ade:      {query_encoder, document_encoder, query_projection, document_projection}
+  ade_spl:  {query_encoder, document_encoder, projection}
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from samtone_jax.models.t5 import PAD_ID, T5Config, T5Encoder, _fan_in_init, _param
+
+ARCHITECTURES = ("sde", "ade", "ade_spl")
+
+
+def mean_pool(hidden: jax.Array, tokens: jax.Array) -> jax.Array:
+    """hidden [B, L, D], tokens [B, L] -> [B, D] float32 mean over non-padding positions.
+
+    An all-padding row (empty text) pools to zeros instead of dividing by zero.
+    """
+    mask = (tokens != PAD_ID).astype(jnp.float32)[..., None]
+    total = jnp.sum(hidden.astype(jnp.float32) * mask, axis=1)
+    return total / jnp.maximum(jnp.sum(mask, axis=1), 1.0)
+
+
+def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
+    """Row-wise x / max(||x||, eps), in float32 (a zero row stays zero)."""
+    x = x.astype(jnp.float32)
+    norm = jnp.sqrt(jnp.sum(jnp.square(x), axis=-1, keepdims=True))
+    return x / jnp.maximum(norm, eps)
+
+
+class Projection(nn.Module):
+    """Bias-free dense map emb_dim -> projection_dim."""
+
+    features: int
+    param_dtype: str = "float32"
+
+    @nn.compact
+    def __call__(self, x):
+        kernel = _param(
+            self,
+            "kernel",
+            _fan_in_init(),
+            (x.shape[-1], self.features),
+            ("embed", "projection"),
+            jnp.dtype(self.param_dtype),
+        )
+        return jnp.dot(x.astype(jnp.float32), kernel.astype(jnp.float32))
+
+
+class DualEncoder(nn.Module):
+    """Token ids -> L2-normalised float32 embeddings [B, projection_dim].
+
+    Call through `apply(..., method=...)`:
+      encode_queries(tokens [B, L])   -> [B, P]
+      encode_documents(tokens [B, L]) -> [B, P]
+      __call__(queries [B, Lq], documents [B, Ld], negatives [B, K, Ld] | None)
+          -> (q [B, P], d [B, P], n [B, K, P] | None)
+    """
+
+    config: T5Config
+    architecture: str = "sde"
+    projection_dim: int | None = None  # None: emb_dim
+
+    def setup(self):
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(
+                f"DualEncoder.architecture={self.architecture!r}: must be one of {ARCHITECTURES} "
+                "(gin: include one of gin_configs/architectures/*.gin)"
+            )
+        features = self.projection_dim or self.config.emb_dim
+        pdtype = self.config.param_dtype
+        if self.architecture == "sde":
+            self.encoder = T5Encoder(self.config)
+            self.projection = Projection(features, pdtype)
+        else:
+            self.query_encoder = T5Encoder(self.config)
+            self.document_encoder = T5Encoder(self.config)
+            if self.architecture == "ade_spl":
+                self.projection = Projection(features, pdtype)
+            else:
+                self.query_projection = Projection(features, pdtype)
+                self.document_projection = Projection(features, pdtype)
+
+    def _towers(self, side: str):
+        if self.architecture == "sde":
+            return self.encoder, self.projection
+        encoder = self.query_encoder if side == "query" else self.document_encoder
+        if self.architecture == "ade_spl":
+            return encoder, self.projection
+        return encoder, (self.query_projection if side == "query" else self.document_projection)
+
+    def _encode(self, tokens: jax.Array, side: str, deterministic: bool) -> jax.Array:
+        encoder, projection = self._towers(side)
+        if tokens.ndim == 3:  # [B, K, L] hard negatives: fold K into the batch
+            b, k, length = tokens.shape
+            return self._encode(tokens.reshape(b * k, length), side, deterministic).reshape(b, k, -1)
+        pooled = mean_pool(encoder(tokens, deterministic=deterministic), tokens)
+        return l2_normalize(projection(pooled))
+
+    def encode_queries(self, tokens: jax.Array, deterministic: bool = True) -> jax.Array:
+        return self._encode(tokens, "query", deterministic)
+
+    def encode_documents(self, tokens: jax.Array, deterministic: bool = True) -> jax.Array:
+        return self._encode(tokens, "document", deterministic)
+
+    def __call__(self, queries, documents, negatives=None, deterministic: bool = True):
+        q = self.encode_queries(queries, deterministic)
+        d = self.encode_documents(documents, deterministic)
+        n = None if negatives is None else self.encode_documents(negatives, deterministic)
+        return q, d, n
+
+
+def init_params(model: DualEncoder, rng: jax.Array, length: int = 8):
+    """Boxed (logically partitioned) parameters of `model`, initialised from `rng`.
+
+    `nn.get_partition_spec(params)` gives logical specs; `nn.unbox(params)` plain arrays.
+    Both towers are initialised (a dummy batch of ones is run through both sides).
+    """
+    tokens = jnp.ones((1, length), jnp.int32)
+    return model.init(rng, tokens, tokens)["params"]
