@@ -25,12 +25,12 @@ demo: venv
 	$(PY) -m samtone_jax.cli demo
 
 lint: venv
-	$(PY) -m ruff format --check samtone_jax tests benchmarks
-	$(PY) -m ruff check samtone_jax tests benchmarks
+	$(PY) -m ruff format --check samtone_jax tests $(wildcard benchmarks)
+	$(PY) -m ruff check samtone_jax tests $(wildcard benchmarks)
 
 format: venv
-	$(PY) -m ruff format samtone_jax tests benchmarks
-	$(PY) -m ruff check --fix samtone_jax tests benchmarks
+	$(PY) -m ruff format samtone_jax tests $(wildcard benchmarks)
+	$(PY) -m ruff check --fix samtone_jax tests $(wildcard benchmarks)
 
 # Re-resolve requirements.in into requirements.lock (needs the package registry).
 lock:

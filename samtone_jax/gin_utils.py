@@ -23,6 +23,16 @@ T5Config = gin.external_configurable(_T5Config, "T5Config")
 DualEncoder = gin.external_configurable(_DualEncoder, "DualEncoder")
 
 
+def resolve_gin_file(path: str) -> str:
+    """`path` as given if it exists, else relative to the repository's gin_configs/."""
+    if os.path.exists(path):
+        return os.path.abspath(path)
+    candidate = GIN_CONFIGS_DIR / path
+    if candidate.exists():
+        return str(candidate)
+    raise ValueError(f"gin file {path!r} not found in {os.getcwd()} nor in {GIN_CONFIGS_DIR}")
+
+
 def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finalize: bool = True) -> None:
     """Parse `gin_files` then `bindings` (e.g. "T5Config.dropout_rate = 0.1") into the global config.
 
@@ -30,13 +40,11 @@ def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finali
     configurable (typo), or a binding does not parse.
     """
     gin.clear_config()
-    gin.add_config_file_search_path(os.getcwd())
-    gin.add_config_file_search_path(str(GIN_CONFIGS_DIR))
-    for path in gin_files:
-        if not (os.path.exists(path) or (GIN_CONFIGS_DIR / path).exists()):
-            raise ValueError(f"gin file {path!r} not found in {os.getcwd()} nor in {GIN_CONFIGS_DIR}")
+    gin.add_config_file_search_path(str(GIN_CONFIGS_DIR))  # for `include` inside gin files
     try:
-        gin.parse_config_files_and_bindings(list(gin_files), list(bindings), finalize_config=finalize)
+        gin.parse_config_files_and_bindings(
+            [resolve_gin_file(f) for f in gin_files], list(bindings), finalize_config=finalize
+        )
     except (ValueError, KeyError, SyntaxError, TypeError) as e:
         raise ValueError(f"gin config {list(gin_files)} with bindings {list(bindings)} is invalid: {e}") from e
 
@@ -47,3 +55,13 @@ def model() -> _DualEncoder:
         return DualEncoder(config=T5Config())
     except TypeError as e:
         raise ValueError(f"gin config does not describe a DualEncoder: {e} (include a gin_configs/models/*.gin)") from e
+
+
+def model_from_gin_text(text: str) -> _DualEncoder:
+    """The DualEncoder described by a saved gin config (e.g. a checkpoint's model.gin)."""
+    gin.clear_config()
+    try:
+        gin.parse_config(text)
+    except (ValueError, KeyError, SyntaxError, TypeError) as e:
+        raise ValueError(f"saved gin config does not parse: {e}") from e
+    return model()

@@ -52,6 +52,9 @@ def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tupl
     tower, used = tower_from_source(source, abstract[tower_key])
     projection_key = "query_projection" if model.architecture == "ade" else "projection"
     kernel = _projection(source, model, abstract[projection_key]["kernel"], seed)
+    projection_from_source = source.projection_name in source.name_set
+    if projection_from_source:
+        used.add(source.projection_name)
     report_unused(source, used)
 
     if model.architecture == "sde":
@@ -71,7 +74,7 @@ def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tupl
         "format": fmt,
         "source": src,
         "variables_used": len(used),
-        "projection_from_source": source.projection_name in source.name_set,
-        "unused_variables": sorted(set(source.names) - used - {source.projection_name}),
+        "projection_from_source": projection_from_source,
+        "unused_variables": sorted(set(source.names) - used),
     }
     return params, info

@@ -139,7 +139,7 @@ def tower_from_source(source: Source, abstract_tower: dict) -> tuple[dict, set[s
 
 def report_unused(source: Source, used: set[str]) -> None:
     """Error on unused encoder variables (config too small); log the rest (decoder, optimizer) at INFO."""
-    unused = sorted(n for n in source.names if n not in used and n != source.projection_name)
+    unused = sorted(n for n in source.names if n not in used)
     encoder_unused = [n for n in unused if source.is_encoder_variable(n)]
     if encoder_unused:
         raise CheckpointMismatchError(

@@ -1,0 +1,100 @@
+"""Gin model sizes, gin errors, and the `samtone` command line (import-checkpoint, demo)."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+import pytest
+from conftest import require_shared
+
+from samtone_jax import cli, gin_utils
+from samtone_jax import main as main_module
+from samtone_jax.checkpoints import load_model_gin, load_params
+
+# Published T5.1.1 encoder sizes: (d_model, heads, d_kv, d_ff, layers).
+T5_1_1 = {
+    "small": (512, 6, 64, 1024, 8),
+    "base": (768, 12, 64, 2048, 12),
+    "large": (1024, 16, 64, 2816, 24),
+    "xl": (2048, 32, 64, 5120, 24),
+    "xxl": (4096, 64, 64, 10240, 24),
+}
+
+
+@pytest.mark.parametrize("size", sorted(T5_1_1))
+def test_size_gin_files_have_t5_1_1_dimensions(size):
+    gin_utils.parse([f"models/t5_1_1_{size}.gin", "architectures/ade_spl.gin"])
+    model = gin_utils.model()
+    c = model.config
+    assert (c.emb_dim, c.num_heads, c.head_dim, c.mlp_dim, c.num_layers) == T5_1_1[size]
+    assert c.vocab_size == 32128 and c.mlp_activations == ("gelu", "linear")
+    assert model.architecture == "ade_spl"
+    if size == "base":  # parameter count without allocating: 2 towers of ~110M + projection
+        from samtone_jax.checkpoints import abstract_params
+
+        n = sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(abstract_params(model)))
+        tower = 32128 * 768 + 12 * (4 * 768 * 768 + 3 * 768 * 2048 + 2 * 768) + 768 + 12 * 32
+        assert n == 2 * tower + 768 * 768
+
+
+def test_gin_typo_names_the_unknown_parameter():
+    with pytest.raises(ValueError, match="T5Config.emb_dimm"):
+        gin_utils.parse(["models/t5_1_1_tiny.gin"], ["T5Config.emb_dimm = 3"])
+    with pytest.raises(ValueError, match="not found"):
+        gin_utils.parse(["models/t5_1_1_nano.gin"])
+
+
+def test_gin_architecture_typo_fails_when_the_model_is_built():
+    gin_utils.parse(["models/t5_1_1_tiny.gin"], ["DualEncoder.architecture = 'sdee'"])
+    model = gin_utils.model()
+    with pytest.raises(ValueError, match="DualEncoder.architecture='sdee'"):
+        model.init(jax.random.PRNGKey(0), np.ones((1, 2), np.int32), np.ones((1, 2), np.int32))
+
+
+RETRIEVAL_GIN = [
+    "--gin_file=models/t5_1_1_tiny.gin",
+    "--gin_file=architectures/sde.gin",
+    "--gin.T5Config.emb_dim=4",
+    "--gin.T5Config.num_heads=2",
+    "--gin.T5Config.head_dim=2",
+    "--gin.T5Config.mlp_dim=8",
+    "--gin.T5Config.mlp_activations=('relu',)",
+    "--gin.T5Config.relative_attention_num_buckets=4",
+    "--gin.PROJECTION_DIM=768",
+]
+
+
+def test_import_checkpoint_command_writes_a_loadable_checkpoint(tmp_path, capsys):
+    src = require_shared("checkpoints/t5x_retrieval_de_t5_tiny_checkpoint_1000")
+    dst = tmp_path / "imported"
+    argv = ["import-checkpoint", "--format=t5x", f"--src={src}", f"--dst={dst}", *RETRIEVAL_GIN]
+    assert cli.main(argv) == 0
+    assert "imported 20 variables" in capsys.readouterr().out
+    params = load_params(str(dst))
+    assert params["projection"]["kernel"].shape == (4, 768)
+    # The saved gin rebuilds the same model.
+    model = gin_utils.model_from_gin_text(load_model_gin(str(dst)))
+    assert model.config.emb_dim == 4 and model.projection_dim == 768
+    emb = model.apply({"params": params}, np.array([[5, 6, 1]]), method=model.encode_queries)
+    assert emb.shape == (1, 768)
+    # A second import into the same place refuses instead of mixing two checkpoints.
+    assert cli.main(argv) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_failed_import_leaves_nothing_behind(tmp_path, capsys):
+    src = require_shared("checkpoints/t5x_retrieval_de_t5_tiny_checkpoint_1000")
+    dst = tmp_path / "imported"
+    argv = ["import-checkpoint", "--format=t5x", f"--src={src}", f"--dst={dst}", *RETRIEVAL_GIN[:-1]]
+    assert cli.main(argv) == 2  # projection 768 in the source, 4 in the gin config
+    assert "DualEncoder.projection_dim = 768" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_t5x_style_entry_point_and_demo(capsys):
+    assert main_module.main(["--run_mode=demo"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny T5.1.1 SDE" in out and "norms [1. 1. 1. 1.]" in out
+    assert main_module.main([]) == 2
