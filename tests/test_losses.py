@@ -156,7 +156,7 @@ def test_masking_removes_duplicates_from_every_term():
     d = np.repeat(_unit(rng, 1, 8), 4, axis=0)
     ids = jnp.zeros(4, jnp.int32)
     loss, metrics = contrastive_loss(jnp.asarray(q), jnp.asarray(d), temperature=0.01, same_tower="both", doc_ids=ids)
-    np.testing.assert_allclose(float(loss), 0.0, atol=1e-6)
+    np.testing.assert_allclose(float(loss), 0.0, atol=1e-4)  # float32 rounding of s/τ at τ = 0.01
     np.testing.assert_allclose(float(metrics["masked_fraction"]), 1.0)
     unmasked, _ = contrastive_loss(jnp.asarray(q), jnp.asarray(d), temperature=0.01, same_tower="both")
     assert float(unmasked) > 1.0  # without ids the duplicates are (wrongly) negatives
