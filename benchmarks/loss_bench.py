@@ -113,10 +113,12 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count())
     print(
-        f"CPU: {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), jax {jax.__version__}"
+        f"CPU: {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"jax {jax.__version__}"
     )
     print(f"bidirectional query-side SamToNe, fwd+bwd, D={args.dim}, float32, tau={TAU}, median of {args.repeats}")
-    header = f"{'B':>6} {'ours s':>8} {'naive s':>8} {'mnrl s':>8} {'floor s':>8} {'naive/ours':>10} {'mnrl/ours':>9} {'ours/floor':>10}"
+    columns = ["ours s", "naive s", "mnrl s", "floor s", "naive/ours", "mnrl/ours", "ours/floor"]
+    header = f"{'B':>6} " + " ".join(f"{c:>10}" for c in columns)
     print(header)
     for b in args.sizes:
         rng = np.random.RandomState(0)
@@ -130,8 +132,8 @@ def main():
         mnrl = bench_mnrl(q, d, repeats) if "mnrl" not in args.skip else float("nan")
         floor = bench_matmul_floor(q, d, repeats) if "floor" not in args.skip else float("nan")
         print(
-            f"{b:>6} {ours:>8.3f} {naive:>8.3f} {mnrl:>8.3f} {floor:>8.3f} "
-            f"{naive / ours:>10.2f} {mnrl / ours:>9.2f} {ours / floor:>10.2f}",
+            f"{b:>6} {ours:>10.3f} {naive:>10.3f} {mnrl:>10.3f} {floor:>10.3f} "
+            f"{naive / ours:>10.2f} {mnrl / ours:>10.2f} {ours / floor:>10.2f}",
             flush=True,
         )
 
