@@ -13,6 +13,7 @@ from pathlib import Path
 
 import gin
 
+from samtone_jax import losses as _losses
 from samtone_jax.models import DualEncoder as _DualEncoder
 from samtone_jax.models import T5Config as _T5Config
 
@@ -21,6 +22,8 @@ GIN_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "gin_configs"
 # The gin-wrapped classes: calling them picks up the bound parameters.
 T5Config = gin.external_configurable(_T5Config, "T5Config")
 DualEncoder = gin.external_configurable(_DualEncoder, "DualEncoder")
+# Bound by gin_configs/losses/*.gin; call it with (q, d, ...) and the bound settings apply.
+contrastive_loss = gin.external_configurable(_losses.contrastive_loss, "contrastive_loss")
 
 
 def resolve_gin_file(path: str) -> str:

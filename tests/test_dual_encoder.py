@@ -178,3 +178,24 @@ def test_bad_configuration_is_rejected():
         T5Encoder(T5Config(vocab_size=10, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=8, num_layers=1)).init(
             jax.random.PRNGKey(0), jnp.ones((3,), jnp.int32)
         )
+
+
+def test_learnable_temperature_is_a_log_parameter_with_gradients(tiny_config):
+    from samtone_jax.losses import contrastive_loss
+
+    model = DualEncoder(tiny_config, architecture="sde", projection_dim=16, learnable_temperature=0.05)
+    params = nn.unbox(init_params(model, jax.random.PRNGKey(0)))
+    np.testing.assert_allclose(float(params["log_temperature"]), np.log(0.05), rtol=1e-6)
+    q_tokens, d_tokens = _tokens(1), _tokens(2)
+
+    def loss(p):
+        q, d, _ = model.apply({"params": p}, q_tokens, d_tokens)
+        tau = model.apply({"params": p}, method=model.temperature)
+        return contrastive_loss(q, d, temperature=tau)[0]
+
+    g = jax.grad(loss)(params)
+    assert float(jnp.abs(g["log_temperature"])) > 0
+    fixed = DualEncoder(tiny_config, projection_dim=16)
+    assert "log_temperature" not in nn.unbox(init_params(fixed, jax.random.PRNGKey(0)))
+    with pytest.raises(ValueError, match="learnable_temperature must be > 0"):
+        init_params(DualEncoder(tiny_config, learnable_temperature=0.0), jax.random.PRNGKey(0))

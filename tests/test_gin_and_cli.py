@@ -98,3 +98,29 @@ def test_t5x_style_entry_point_and_demo(capsys):
     out = capsys.readouterr().out
     assert "tiny T5.1.1 SDE" in out and "norms [1. 1. 1. 1.]" in out
     assert main_module.main([]) == 2
+
+
+@pytest.mark.parametrize(
+    "gin_file,explicit",
+    [
+        ("in_batch", dict(mode="samtone", same_tower="none", bidirectional=False)),
+        ("bidirectional", dict(mode="samtone", same_tower="none", bidirectional=True)),
+        ("samtone_query", dict(mode="samtone", same_tower="query", bidirectional=True)),
+        ("samtone_doc", dict(mode="samtone", same_tower="doc", bidirectional=True)),
+        ("samtone_both", dict(mode="samtone", same_tower="both", bidirectional=True)),
+        ("pair", dict(mode="pair", same_tower="none", bidirectional=False, pair_alpha=0.1)),
+        ("gte_icl", dict(mode="gte")),
+    ],
+)
+def test_loss_gin_files_configure_the_loss_they_name(gin_file, explicit):
+    from samtone_jax.losses import contrastive_loss
+
+    rng = np.random.RandomState(0)
+    q, d = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in rng.normal(size=(2, 6, 8)).astype(np.float32))
+    gin_utils.parse([f"losses/{gin_file}.gin"])
+    configured, _ = gin_utils.contrastive_loss(q, d)
+    direct, _ = contrastive_loss(q, d, temperature=0.01, **explicit)
+    np.testing.assert_allclose(float(configured), float(direct), rtol=1e-6)
+    # Each file describes a different loss: none of them equals plain in-batch unless it is it.
+    baseline, _ = contrastive_loss(q, d, temperature=0.01, mode="samtone", same_tower="none", bidirectional=False)
+    assert (abs(float(configured) - float(baseline)) < 1e-6) == (gin_file == "in_batch")

@@ -70,6 +70,8 @@ def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tupl
         else:
             params["query_projection"] = {"kernel": kernel}
             params["document_projection"] = {"kernel": kernel.copy()}
+    if "log_temperature" in abstract:  # a fresh learnable temperature starts at its configured value
+        params["log_temperature"] = np.asarray(np.log(model.learnable_temperature), np.float32)
     info = {
         "format": fmt,
         "source": src,

@@ -10,6 +10,7 @@ without bias -> L2 normalisation. Parameter trees (what importers and exporters 
   sde:      {encoder, projection}
   ade:      {query_encoder, document_encoder, query_projection, document_projection}
   ade_spl:  {query_encoder, document_encoder, projection}
+  (+ log_temperature [] when `learnable_temperature` is set)
 """
 
 from __future__ import annotations
@@ -72,12 +73,24 @@ class DualEncoder(nn.Module):
     config: T5Config
     architecture: str = "sde"
     projection_dim: int | None = None  # None: emb_dim
+    # None: the loss's temperature is a constant (gin TEMPERATURE). A float τ0: the model owns a
+    # learnable `log_temperature` initialised to log τ0 (log-parametrised, so τ stays positive).
+    learnable_temperature: float | None = None
 
     def setup(self):
         if self.architecture not in ARCHITECTURES:
             raise ValueError(
                 f"DualEncoder.architecture={self.architecture!r}: must be one of {ARCHITECTURES} "
                 "(gin: include one of gin_configs/architectures/*.gin)"
+            )
+        if self.learnable_temperature is not None:
+            if not self.learnable_temperature > 0:
+                raise ValueError(f"DualEncoder.learnable_temperature must be > 0, got {self.learnable_temperature}")
+            self.log_temperature = self.param(
+                "log_temperature",
+                nn.with_logical_partitioning(nn.initializers.constant(jnp.log(self.learnable_temperature)), ()),
+                (),
+                jnp.float32,
             )
         features = self.projection_dim or self.config.emb_dim
         pdtype = self.config.param_dtype
@@ -114,6 +127,10 @@ class DualEncoder(nn.Module):
 
     def encode_documents(self, tokens: jax.Array, deterministic: bool = True) -> jax.Array:
         return self._encode(tokens, "document", deterministic)
+
+    def temperature(self) -> jax.Array | None:
+        """exp(log_temperature) when learnable, else None (the loss uses its constant)."""
+        return jnp.exp(self.log_temperature) if self.learnable_temperature is not None else None
 
     def __call__(self, queries, documents, negatives=None, deterministic: bool = True):
         q = self.encode_queries(queries, deterministic)

@@ -1,0 +1,110 @@
+"""Reading record files line by line with errors that name the file and the line.
+
+Every reader goes through `read_lines` / `read_jsonl`, so a malformed record always fails as
+`BadRecordError: <file>:<line>: <what>` — or, with `skip_bad_records=True`, is skipped and
+counted in `ReadStats`, which the task reports at the end. Local paths and `gs://` (tf.io.gfile);
+`.gz` files are decompressed on the fly.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gzip
+import io
+import json
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class BadRecordError(ValueError):
+    """A record that does not parse; the message starts with `file:line:`."""
+
+
+class ReadStats(collections.Counter):
+    """Counts of what a reader skipped or found wrong (bad records, empty texts, missing docs)."""
+
+    def report(self, what: str) -> None:
+        problems = {k: v for k, v in self.items() if v}
+        if problems:
+            log.warning("%s: %s", what, ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in sorted(problems.items())))
+
+
+@contextlib.contextmanager
+def open_text(path: str) -> Iterator[io.TextIOBase]:
+    """A text stream over a local or gs:// file, gunzipped when it ends in .gz."""
+    if path.startswith("gs://"):
+        import tensorflow as tf
+
+        opener = lambda: tf.io.gfile.GFile(path, "rb")  # noqa: E731
+    else:
+        opener = lambda: open(path, "rb")  # noqa: E731
+    try:
+        raw = opener()
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{path} not found (check DATA_DIR / $SAMTONE_DATA_DIR)") from e
+    with raw:
+        stream = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
+        yield io.TextIOWrapper(stream, encoding="utf-8")
+
+
+def exists(path: str) -> bool:
+    if path.startswith("gs://"):
+        import tensorflow as tf
+
+        return tf.io.gfile.exists(path)
+    import os
+
+    return os.path.exists(path)
+
+
+def read_lines(
+    path: str,
+    parse: Callable[[str], Any],
+    stats: ReadStats,
+    skip_bad_records: bool = False,
+    skip_first: bool = False,
+) -> Iterator[Any]:
+    """Yield parse(line) for each non-empty line; a failure names file:line (or is counted)."""
+    with open_text(path) as f:
+        for number, line in enumerate(f, start=1):
+            if (skip_first and number == 1) or not line.strip():
+                continue
+            try:
+                yield parse(line.rstrip("\n"))
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                if not skip_bad_records:
+                    raise BadRecordError(
+                        f"{path}:{number}: {type(e).__name__}: {e} (pass skip_bad_records=True to skip bad lines)"
+                    ) from e
+                stats["bad_records"] += 1
+
+
+def read_jsonl(path: str, stats: ReadStats, skip_bad_records: bool = False, require=()) -> Iterator[dict]:
+    """JSON objects one per line; `require` names keys that must be present."""
+
+    def parse(line: str) -> dict:
+        record = json.loads(line)
+        if not isinstance(record, dict):
+            raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+        missing = [k for k in require if k not in record]
+        if missing:
+            raise KeyError(f"missing field(s) {missing}")
+        return record
+
+    yield from read_lines(path, parse, stats, skip_bad_records)
+
+
+def read_tsv(path: str, columns: int, stats: ReadStats, skip_bad_records: bool = False, header: bool = False):
+    """Tab-separated rows of exactly `columns` fields (the last may contain no tab)."""
+
+    def parse(line: str) -> list[str]:
+        fields = line.split("\t")
+        if len(fields) != columns:
+            raise ValueError(f"expected {columns} tab-separated fields, got {len(fields)}")
+        return fields
+
+    yield from read_lines(path, parse, stats, skip_bad_records, skip_first=header)
