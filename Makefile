@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONHASHSEED := 0
 
-.PHONY: venv test demo lint format lock clean
+.PHONY: venv wordnet test demo lint format lock clean
 
 venv: $(VENV)/.installed
 
@@ -17,6 +17,11 @@ $(VENV)/.installed: requirements.lock setup.py
 	$(PY) -m pip install --quiet -r requirements.lock
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	touch $@
+
+# WordNet 3.0 database files (Debian's wordnet-base): the demo's data and a real-data test.
+wordnet:
+	@test -f /usr/share/wordnet/data.noun || (apt-get update -qq && apt-get install -y -qq wordnet-base) \
+	  || echo "warning: could not install wordnet-base; WordNet tests will skip"
 
 test: venv
 	$(PY) -m pytest -q tests

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TF's CUDA probing noise on CPU hosts
 
 
 def _split_gin_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -59,6 +59,49 @@ def _cmd_demo(args, bindings) -> int:
     return demo.main(args.gin_file, args.gin_bindings + bindings)
 
 
+def _task_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True, help="a registered task name (see samtone_jax/tasks)")
+    parser.add_argument("--split", default=None, help="split (default: train if the task has one)")
+    parser.add_argument("--data_dir", default=None, help="data root (default: $SAMTONE_DATA_DIR)")
+    parser.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")
+
+
+def _load_task(args):
+    from samtone_jax import tasks
+
+    if args.data_dir:
+        os.environ["SAMTONE_DATA_DIR"] = args.data_dir
+    if args.task not in tasks.LOADERS:
+        raise ValueError(f"unknown task {args.task!r}; registered tasks: {', '.join(tasks.task_names())}")
+    splits = tasks.LOADERS[args.task][1]
+    split = args.split or splits[0]
+    return split, tasks.load(args.task, split, args.skip_bad_records)
+
+
+def _cmd_build_vocab(args, bindings) -> int:
+    from samtone_jax.data import vocab
+
+    split, collection = _load_task(args)
+    # Sorted ids: the same files give the same text order, so the same model.
+    texts = [collection.queries[k] for k in sorted(collection.queries)]
+    texts += [collection.corpus[k] for k in sorted(collection.corpus)]
+    data = vocab.train_sentencepiece(texts, args.vocab_size, args.out)
+    print(f"trained a {args.vocab_size}-piece SentencePiece model on {len(texts):,} texts of {args.task}/{split} "
+          f"-> {args.out} ({len(data):,} bytes)")  # fmt: skip
+    return 0
+
+
+def _cmd_data_stats(args, bindings) -> int:
+    import json
+
+    from samtone_jax.data.stats import collection_stats
+
+    split, collection = _load_task(args)
+    stats = collection_stats(collection, args.vocab, args.query_length, args.doc_length)
+    print(json.dumps({"task": args.task, "split": split, **stats}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="samtone", description=__doc__.splitlines()[0])
     parser.add_argument("--verbosity", default="INFO", help="logging level (DEBUG, INFO, WARNING)")
@@ -72,6 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed for a projection the source lacks")
     p.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
     p.set_defaults(run=_cmd_import_checkpoint)
+
+    p = sub.add_parser("build-vocab", help="train a SentencePiece vocabulary on a task's text")
+    _task_flags(p)
+    p.add_argument("--vocab_size", type=int, required=True)
+    p.add_argument("--out", required=True, help="output .model file (written atomically)")
+    p.set_defaults(run=_cmd_build_vocab)
+
+    p = sub.add_parser("data-stats", help="examples, unique queries / documents, truncation of a task")
+    _task_flags(p)
+    p.add_argument("--vocab", default=None, help="SentencePiece model for the truncation rate (default: none)")
+    p.add_argument("--query_length", type=int, default=64)
+    p.add_argument("--doc_length", type=int, default=128)
+    p.set_defaults(run=_cmd_data_stats)
 
     p = sub.add_parser("demo", help="the embedded end-to-end example (tiny model, CPU)")
     _add_gin_flags(p)

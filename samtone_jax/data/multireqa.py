@@ -122,7 +122,7 @@ def official_paths(data_dir: str, suffix: str, split: str) -> tuple[str, str]:
 # ----------------------------------------------------------------------------------------------
 # The rebuilt SQuAD dev task and its article-level split.
 # ----------------------------------------------------------------------------------------------
-TEST_ARTICLE_FRACTION = 0.2
+TEST_ARTICLES = 10  # of SQuAD dev's 48 articles (~20 %)
 
 
 def article_of_paragraph(squad_dev_json: str) -> tuple[list[int], list[str]]:
@@ -133,9 +133,9 @@ def article_of_paragraph(squad_dev_json: str) -> tuple[list[int], list[str]]:
     return paragraph_article, [article["title"] for article in articles]
 
 
-def is_test_article(title: str) -> bool:
-    """Deterministic, order-independent: an article is test when md5(title) falls in the first 20%."""
-    return int(hashlib.md5(title.encode("utf-8")).hexdigest()[:8], 16) < TEST_ARTICLE_FRACTION * 16**8
+def test_articles(titles: list[str]) -> set[str]:
+    """Deterministic and order-independent: the TEST_ARTICLES titles with the smallest md5."""
+    return set(sorted(titles, key=lambda t: hashlib.md5(t.encode("utf-8")).hexdigest())[:TEST_ARTICLES])
 
 
 def load_squad_dev(directory: str, squad_dev_json: str, split: str, skip_bad_records: bool = False):
@@ -160,5 +160,6 @@ def load_squad_dev(directory: str, squad_dev_json: str, split: str, skip_bad_rec
     if split not in ("train", "test"):
         raise ValueError(f"multireqa_squad_dev has splits train, test, all; got {split!r}")
     paragraph_article, titles = article_of_paragraph(squad_dev_json)
-    test = {qid for qid, p in question_paragraph.items() if is_test_article(titles[paragraph_article[p]])}
+    held_out = test_articles(titles)
+    test = {qid for qid, p in question_paragraph.items() if titles[paragraph_article[p]] in held_out}
     return collection.restrict_queries(lambda qid: (qid in test) == (split == "test"))

@@ -1,0 +1,108 @@
+"""DualEncoderFeatureConverter: tokenised task examples -> fixed-shape dual-encoder model features.
+
+Task features (from the tasks in samtone_jax/tasks): `query`, `document` (int32 token ids, any
+length, no EOS yet), `query_id`, `doc_id` (int64), optionally `negatives` (ragged [K, None]) and
+`negative_ids` (int64 [K]).
+
+Model features: `query_tokens` [Lq], `doc_tokens` [Ld], `negative_tokens` [K, Ld] — each
+truncated to length−1 then EOS-terminated (T5's `append_eos_after_trim`), zero-padded, never
+packed — the ids, and `query_truncated` / `doc_truncated` (int32 0/1) so truncation is counted.
+"""
+
+from __future__ import annotations
+
+import seqio
+import tensorflow as tf
+
+EOS_ID = 1
+Spec = seqio.FeatureConverter.FeatureSpec
+
+
+def trim_append_eos_pad(tokens: tf.Tensor, length: int) -> tf.Tensor:
+    """[n] ids -> [length]: the first length−1 ids, EOS, zeros."""
+    tokens = tf.concat([tokens[: length - 1], [EOS_ID]], axis=0)
+    return tf.pad(tokens, [[0, length - tf.shape(tokens)[0]]])
+
+
+class DualEncoderFeatureConverter(seqio.FeatureConverter):
+    """See the module docstring. `num_negatives` > 0 expects and emits the negative features."""
+
+    TASK_FEATURES = {}
+    MODEL_FEATURES = {}
+    PACKING_FEATURE_DTYPES = {}
+
+    def __init__(self, num_negatives: int = 0, **kwargs):
+        if num_negatives < 0:
+            raise ValueError(f"num_negatives must be >= 0, got {num_negatives}")
+        super().__init__(pack=False, apply_length_check=False, **kwargs)
+        self.num_negatives = num_negatives
+        self.TASK_FEATURES = {
+            "query": Spec(dtype=tf.int32),
+            "document": Spec(dtype=tf.int32),
+            "query_id": Spec(dtype=tf.int64, rank=0),
+            "doc_id": Spec(dtype=tf.int64, rank=0),
+        }
+        self.MODEL_FEATURES = {
+            "query_tokens": Spec(dtype=tf.int32),
+            "doc_tokens": Spec(dtype=tf.int32),
+            "query_id": Spec(dtype=tf.int64, rank=0),
+            "doc_id": Spec(dtype=tf.int64, rank=0),
+            "query_truncated": Spec(dtype=tf.int32, rank=0),
+            "doc_truncated": Spec(dtype=tf.int32, rank=0),
+        }
+        if num_negatives:
+            self.TASK_FEATURES["negatives"] = Spec(dtype=tf.int32, rank=2, sequence_dim=1)
+            self.TASK_FEATURES["negative_ids"] = Spec(dtype=tf.int64)
+            self.MODEL_FEATURES["negative_tokens"] = Spec(dtype=tf.int32, rank=2, sequence_dim=1)
+            self.MODEL_FEATURES["negative_ids"] = Spec(dtype=tf.int64)
+
+    def task_feature_lengths(self, query_length: int, doc_length: int) -> dict[str, int]:
+        """The task_feature_lengths mapping this converter expects (ids have no length)."""
+        lengths = {"query": query_length, "document": doc_length, "query_id": 0, "doc_id": 0}
+        if self.num_negatives:
+            lengths.update(negatives=doc_length, negative_ids=self.num_negatives)
+        return lengths
+
+    def _convert_features(self, ds: tf.data.Dataset, task_feature_lengths) -> tf.data.Dataset:
+        lq, ld, k = task_feature_lengths["query"], task_feature_lengths["document"], self.num_negatives
+
+        def convert(ex):
+            out = {
+                "query_tokens": trim_append_eos_pad(ex["query"], lq),
+                "doc_tokens": trim_append_eos_pad(ex["document"], ld),
+                "query_id": ex["query_id"],
+                "doc_id": ex["doc_id"],
+                "query_truncated": tf.cast(tf.size(ex["query"]) >= lq, tf.int32),
+                "doc_truncated": tf.cast(tf.size(ex["document"]) >= ld, tf.int32),
+            }
+            if k:
+                negatives = ex["negatives"]
+                if isinstance(negatives, tf.RaggedTensor):
+                    negatives = negatives.to_tensor()
+                trimmed = negatives[:k, : ld - 1]
+                lengths = tf.reduce_sum(tf.cast(trimmed != 0, tf.int32), axis=1)
+                with_eos = tf.tensor_scatter_nd_update(
+                    tf.pad(trimmed, [[0, 0], [0, 1]]),
+                    tf.stack([tf.range(tf.shape(trimmed)[0]), lengths], axis=1),
+                    tf.fill([tf.shape(trimmed)[0]], EOS_ID),
+                )
+                out["negative_tokens"] = tf.pad(
+                    with_eos, [[0, k - tf.shape(with_eos)[0]], [0, ld - tf.shape(with_eos)[1]]]
+                )
+                out["negative_ids"] = ex["negative_ids"][:k]
+            return out
+
+        return ds.map(convert, num_parallel_calls=tf.data.AUTOTUNE)
+
+    def get_model_feature_lengths(self, task_feature_lengths):
+        lengths = {
+            "query_tokens": task_feature_lengths["query"],
+            "doc_tokens": task_feature_lengths["document"],
+            "query_id": 0,
+            "doc_id": 0,
+            "query_truncated": 0,
+            "doc_truncated": 0,
+        }
+        if self.num_negatives:
+            lengths.update(negative_tokens=task_feature_lengths["document"], negative_ids=self.num_negatives)
+        return lengths

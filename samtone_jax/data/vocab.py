@@ -1,0 +1,66 @@
+"""SentencePiece vocabularies: the public T5 one by default, or one trained from a task's text.
+
+T5.1.1 checkpoints use `gs://t5-data/vocabs/cc_all.32000/sentencepiece.model` (32,000 pieces +
+100 extra ids = 32,100; the embedding is padded to 32,128). Offline (no hub, no GCS), train one
+from a task with `samtone build-vocab --task=... --vocab_size=N --out=...`: deterministic for a
+given input, ids as T5 (pad 0, eos 1, unk 2), written to a temporary file and renamed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+from collections.abc import Iterable
+
+DEFAULT_VOCAB_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
+DEFAULT_EXTRA_IDS = 100
+
+
+def vocabulary(path: str | None = None, extra_ids: int | None = None):
+    """A seqio.SentencePieceVocabulary (loaded lazily, on first use)."""
+    import seqio
+
+    path = path or DEFAULT_VOCAB_PATH
+    if extra_ids is None:
+        extra_ids = DEFAULT_EXTRA_IDS if path == DEFAULT_VOCAB_PATH else 0
+    return seqio.SentencePieceVocabulary(path, extra_ids=extra_ids)
+
+
+def train_sentencepiece(texts: Iterable[str], vocab_size: int, out: str | None = None, max_sentences: int = 1_000_000):
+    """Train a unigram SentencePiece model on `texts` (in the given order, single-threaded, so the
+    result is deterministic); write it to `out` atomically when given. Returns the model bytes."""
+    import sentencepiece as spm
+
+    if vocab_size < 8:
+        raise ValueError(f"--vocab_size must be at least 8, got {vocab_size}")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        character_coverage=1.0,
+        input_sentence_size=max_sentences,
+        shuffle_input_sentence=False,
+        num_threads=1,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    data = model.getvalue()
+    if out:
+        directory = os.path.dirname(os.path.abspath(out))
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:8]}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, out)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return data

@@ -1,0 +1,126 @@
+"""seqio tasks and mixtures, registered by name (importing this module registers them).
+
+  multireqa_<squad|nq|triviaqa|searchqa|hotpotqa|bioasq|relationextraction|textbookqa|duorc>
+                       official MRQA + MultiReQA files (train / test)
+  multireqa_squad_dev  the rebuilt SQuAD dev task with an article-level train / test split
+  msmarco_passage      official MS MARCO passage files (train / dev), hard negatives if present
+  beir_<name>          BEIR datasets (test, and dev / train where BEIR has them), eval only
+  wordnet_definitions  WordNet 3.0 example sentence -> definition (train / test), the demo data
+
+Each task yields, per relevant (query, document) pair: `query`, `document` (tokenised),
+`query_id`, `doc_id` (int64 hashes of the normalised texts: duplicates share ids) and, with
+`NUM_NEGATIVES > 0` on a task that has hard negatives, `negatives` / `negative_ids`.
+
+Data root: gin `data_dir.path` (macro DATA_DIR in runs), else $SAMTONE_DATA_DIR. The vocabulary
+is `register(vocabulary_path)`'s argument (gin VOCABULARY), the public T5 one by default.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import gin
+
+from samtone_jax.data import msmarco, multireqa, wordnet
+from samtone_jax.data.collection import RetrievalCollection
+
+BEIR_DATASETS = (
+    "arguana", "climate-fever", "cqadupstack", "dbpedia-entity", "fever", "fiqa", "hotpotqa", "msmarco",
+    "nfcorpus", "nq", "quora", "scidocs", "scifact", "trec-covid", "webis-touche2020",
+)  # fmt: skip
+
+
+@gin.configurable
+def data_dir(path: str | None = None) -> str:
+    """The data root: gin `data_dir.path`, else $SAMTONE_DATA_DIR."""
+    path = path or os.environ.get("SAMTONE_DATA_DIR")
+    if not path:
+        raise ValueError("no data root: set DATA_DIR in gin (data_dir.path = %DATA_DIR) or $SAMTONE_DATA_DIR")
+    return path
+
+
+@gin.configurable
+def wordnet_dir(path: str | None = None) -> str:
+    return path or os.environ.get("WORDNET_DIR") or wordnet.DEFAULT_DIR
+
+
+TEST_FRACTION_WORDNET = 0.1
+
+
+def _wordnet(split: str, skip_bad_records: bool = False) -> RetrievalCollection:
+    import hashlib
+
+    collection = wordnet.load_collection(wordnet_dir(), skip_bad_records)
+    if split == "all":
+        return collection
+
+    def is_test(qid: str) -> bool:  # by sense, so a sense's examples never straddle the split
+        synset = qid.split("#")[0]
+        return int(hashlib.md5(synset.encode()).hexdigest()[:8], 16) < TEST_FRACTION_WORDNET * 16**8
+
+    return collection.restrict_queries(lambda qid: is_test(qid) == (split == "test"))
+
+
+def _squad_dev(split: str, skip_bad_records: bool = False) -> RetrievalCollection:
+    root = data_dir()
+    return multireqa.load_squad_dev(
+        os.path.join(root, "multireqa_squad_dev"), os.path.join(root, "squad_v1.1", "dev-v1.1.json"), split,
+        skip_bad_records,
+    )  # fmt: skip
+
+
+def _multireqa(suffix: str, split: str, skip_bad_records: bool = False) -> RetrievalCollection:
+    mrqa, candidates = multireqa.official_paths(data_dir(), suffix, split)
+    return multireqa.load_official(mrqa, candidates, skip_bad_records, name=f"multireqa_{suffix}")
+
+
+def _msmarco(split: str, skip_bad_records: bool = False) -> RetrievalCollection:
+    return msmarco.load_msmarco(os.path.join(data_dir(), "msmarco_passage"), split, skip_bad_records)
+
+
+def _beir(name: str, split: str, skip_bad_records: bool = False) -> RetrievalCollection:
+    return msmarco.load_beir(os.path.join(data_dir(), "beir", name), split, skip_bad_records, name=f"beir_{name}")
+
+
+# name -> (loader(split, skip_bad_records), splits, trainable)
+LOADERS: dict[str, tuple] = {
+    "wordnet_definitions": (_wordnet, ("train", "test", "all"), True),
+    "multireqa_squad_dev": (_squad_dev, ("train", "test", "all"), True),
+    "msmarco_passage": (_msmarco, ("train", "dev"), True),
+}
+for _suffix, (_, _has_train) in multireqa.DATASETS.items():
+    LOADERS[f"multireqa_{_suffix}"] = (
+        functools.partial(_multireqa, _suffix),
+        ("train", "test") if _has_train else ("test",),
+        _has_train,
+    )
+for _name in BEIR_DATASETS:
+    LOADERS[f"beir_{_name.replace('-', '_')}"] = (functools.partial(_beir, _name), ("test", "dev", "train"), False)
+
+
+def task_names() -> list[str]:
+    return sorted(LOADERS)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(name: str, split: str, skip_bad_records: bool, root_key: str) -> RetrievalCollection:
+    loader, _, _ = LOADERS[name]
+    collection = loader(split, skip_bad_records)
+    collection.stats.report(f"{name}/{split}")
+    return collection
+
+
+def load(name: str, split: str, skip_bad_records: bool = False) -> RetrievalCollection:
+    """The RetrievalCollection behind task `name` (cached per process and data root)."""
+    if name not in LOADERS:
+        raise ValueError(f"unknown task {name!r}; registered tasks: {', '.join(task_names())}")
+    _, splits, _ = LOADERS[name]
+    if split not in splits:
+        raise ValueError(f"task {name!r} has splits {splits}; got {split!r}")
+    return _load_cached(name, split, skip_bad_records, root_of(name))
+
+
+def root_of(name: str) -> str:
+    """The folder task `name` reads from now (part of every cache key)."""
+    return wordnet_dir() if name == "wordnet_definitions" else data_dir()

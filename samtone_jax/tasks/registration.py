@@ -1,0 +1,110 @@
+"""Register every collection in samtone_jax.tasks as a seqio Task (and a few mixtures).
+
+`register(vocabulary_path)` (re)registers all tasks with that SentencePiece vocabulary; it runs
+with the public T5 vocabulary on import of `samtone_jax.tasks.registration`, and again from a
+run with its gin VOCABULARY. The source of each task is a `seqio.FunctionDataSource` over the
+collection's relevant (query, document) pairs, in a stable order; `shuffle_files=True` with a
+seed permutes them (a full, deterministic shuffle, not a buffer).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import seqio
+import tensorflow as tf
+
+from samtone_jax import tasks
+from samtone_jax.data import vocab as vocab_lib
+from samtone_jax.data.collection import text_id
+
+MIXTURES = {
+    # The five MultiReQA datasets with training data, equally weighted (MultiReQA's "all" model).
+    "multireqa_train_mixture": ("multireqa_squad", "multireqa_nq", "multireqa_triviaqa", "multireqa_searchqa",
+                                "multireqa_hotpotqa"),
+    # Both offline-available tasks: WordNet from Debian, SQuAD dev from ../shared/data.
+    "offline_mixture": ("wordnet_definitions", "multireqa_squad_dev"),
+}  # fmt: skip
+
+
+def examples(name: str, split: str, num_negatives: int = 0, skip_bad_records: bool = False) -> dict[str, np.ndarray]:
+    """Column arrays of the task's training examples (cached per data root); see `_examples`."""
+    return _examples(name, split, num_negatives, skip_bad_records, tasks.root_of(name))
+
+
+@functools.lru_cache(maxsize=16)
+def _examples(name: str, split: str, num_negatives: int, skip_bad_records: bool, root: str) -> dict[str, np.ndarray]:
+    """Column arrays of the task's training examples: one row per relevant (query, document) pair.
+
+    With num_negatives = K, only queries with ≥ K hard negatives are kept (the count of those
+    dropped is logged), and each row carries its first K negatives.
+    """
+    collection = tasks.load(name, split, skip_bad_records)
+    pairs = collection.pairs()
+    if num_negatives:
+        short = sum(len(collection.hard_negatives.get(q, [])) < num_negatives for q, _ in pairs)
+        if short == len(pairs):
+            raise ValueError(f"task {name}/{split}: no query has {num_negatives} hard negatives (NUM_NEGATIVES)")
+        if short:
+            collection.stats["pairs_without_enough_negatives"] += short
+            collection.stats.report(f"{name}/{split}")
+        pairs = [(q, d) for q, d in pairs if len(collection.hard_negatives.get(q, [])) >= num_negatives]
+    queries = [collection.queries[q] for q, _ in pairs]
+    documents = [collection.corpus[d] for _, d in pairs]
+    columns = {
+        "query": np.array(queries, dtype=object),
+        "document": np.array(documents, dtype=object),
+        "query_id": np.array([text_id(t) for t in queries], np.int64),
+        "doc_id": np.array([text_id(t) for t in documents], np.int64),
+    }
+    if num_negatives:
+        negatives = [[collection.corpus[n] for n in collection.hard_negatives[q][:num_negatives]] for q, _ in pairs]
+        columns["negatives"] = np.array(negatives, dtype=object).reshape(len(pairs), num_negatives)
+        columns["negative_ids"] = np.array([[text_id(t) for t in row] for row in negatives], np.int64)
+    return columns
+
+
+def _dataset_fn(name: str, num_negatives: int, split: str, shuffle_files: bool, seed: int | None = None):
+    columns = examples(name, split, num_negatives)
+    if shuffle_files:
+        order = np.random.RandomState(0 if seed is None else seed).permutation(len(columns["query"]))
+        columns = {k: v[order] for k, v in columns.items()}
+    return tf.data.Dataset.from_tensor_slices(
+        {k: tf.constant(v.tolist()) if v.dtype == object else v for k, v in columns.items()}
+    )
+
+
+def _tokenize_negatives(ds: tf.data.Dataset, output_features) -> tf.data.Dataset:
+    vocabulary = output_features["document"].vocabulary
+
+    def tokenize(ex):
+        if "negatives" in ex:
+            ex = dict(ex, negatives=vocabulary.encode_tf(ex["negatives"]))
+        return ex
+
+    return ds.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def register(vocabulary_path: str | None = None, num_negatives: int = 0) -> None:
+    """(Re)register every task and mixture with the given vocabulary (None: public T5)."""
+    vocabulary = vocab_lib.vocabulary(vocabulary_path)
+    # EOS is appended by the feature converter after truncation, as T5's append_eos_after_trim.
+    output_features = {
+        "query": seqio.Feature(vocabulary, add_eos=False),
+        "document": seqio.Feature(vocabulary, add_eos=False),
+    }
+    for name, (_, splits, _) in tasks.LOADERS.items():
+        seqio.TaskRegistry.remove(name)
+        seqio.TaskRegistry.add(
+            name,
+            source=seqio.FunctionDataSource(functools.partial(_dataset_fn, name, num_negatives), splits=splits),
+            output_features=output_features,
+            preprocessors=[seqio.preprocessors.tokenize, _tokenize_negatives],
+        )
+    for mixture, members in MIXTURES.items():
+        seqio.MixtureRegistry.remove(mixture)
+        seqio.MixtureRegistry.add(mixture, [(m, 1.0) for m in members])
+
+
+register()

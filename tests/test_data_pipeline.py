@@ -1,0 +1,138 @@
+"""seqio tasks, the feature converter and the training input pipeline, over fixture files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import seqio
+from test_data_readers import write_msmarco, write_wordnet
+
+from samtone_jax import cli, tasks
+from samtone_jax.data import pipeline
+from samtone_jax.data import vocab as vocab_lib
+from samtone_jax.tasks import registration
+
+MORE_SENSES = "".join(
+    f'{10000000 + i:08d} 03 n 01 thing{i} 0 000 | definition number {i} of a thing; "example {i} of thing{i}"  \n'
+    for i in range(40)
+)
+
+
+@pytest.fixture
+def fixture_tasks(tmp_path, monkeypatch):
+    """A data root (MS MARCO with hard negatives) and a WordNet folder, registered with a
+    SentencePiece vocabulary trained on their text."""
+    write_msmarco(tmp_path)
+    wn = write_wordnet(tmp_path / "wordnet")
+    with open(wn / "data.noun", "a") as f:
+        f.write(MORE_SENSES)
+    monkeypatch.setenv("SAMTONE_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("WORDNET_DIR", str(wn))
+    texts = [t for n in ("wordnet_definitions", "msmarco_passage") for c in [tasks.load(n, tasks.LOADERS[n][1][0])]
+             for t in list(c.queries.values()) + list(c.corpus.values())]  # fmt: skip
+    vocab_path = tmp_path / "fixture.model"
+    vocab_lib.train_sentencepiece(texts, 100, str(vocab_path))
+    registration.register(str(vocab_path))
+    yield vocab_path
+    registration.register()  # back to the default vocabulary
+
+
+def _batches(n, **kw):
+    args = dict(batch_size=4, query_length=8, doc_length=12, seed=3)
+    args.update(kw)
+    ds = pipeline.train_dataset("wordnet_definitions", "all", **args)
+    return [b for _, b in zip(range(n), ds.as_numpy_iterator(), strict=False)]
+
+
+def test_features_are_truncated_with_eos_and_padded(fixture_tasks):
+    vocabulary = vocab_lib.vocabulary(str(fixture_tasks))
+    batch = _batches(1)[0]
+    assert batch["query_tokens"].shape == (4, 8) and batch["doc_tokens"].shape == (4, 12)
+    assert batch["query_id"].dtype == np.int64
+    for (
+        row,
+        truncated,
+    ) in zip(batch["doc_tokens"], batch["doc_truncated"], strict=True):
+        ids = [int(t) for t in row if t != 0]
+        assert ids[-1] == 1 and 1 not in ids[:-1]  # exactly one EOS, at the end of the text
+        assert bool(truncated) == (len(ids) == 12)
+    long_text = "definition number 7 of a thing"
+    tokens, truncated = pipeline.encode_texts(vocabulary, [long_text, "thing"], 5)
+    full = vocabulary.encode(long_text)
+    assert list(tokens[0]) == full[:4] + [1] and truncated[0] == 1
+    short = vocabulary.encode("thing")
+    assert list(tokens[1]) == short + [1] + [0] * (4 - len(short)) and truncated[1] == 0
+
+
+def test_order_is_deterministic_resumable_and_split_between_hosts(fixture_tasks):
+    first, again = _batches(4), _batches(4)
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a["query_tokens"], b["query_tokens"])
+    other_seed = _batches(1, seed=4)[0]
+    assert not np.array_equal(other_seed["query_id"], first[0]["query_id"])
+    resumed = _batches(2, start_batch=2)
+    np.testing.assert_array_equal(resumed[0]["query_id"], first[2]["query_id"])
+    np.testing.assert_array_equal(resumed[1]["query_id"], first[3]["query_id"])
+    # Two hosts with batch 2 each see exactly the examples one host with batch 4 sees.
+    host0, host1 = (
+        _batches(1, batch_size=2, num_shards=2, shard_index=0),
+        _batches(1, batch_size=2, num_shards=2, shard_index=1),
+    )
+    assert sorted(np.concatenate([host0[0]["query_id"], host1[0]["query_id"]])) == sorted(first[0]["query_id"])
+    # Over an epoch every example appears once.
+    epoch = _batches(11, batch_size=4)  # 45 examples: 11 full batches
+    ids = np.concatenate([b["query_id"] for b in epoch])
+    assert len(set(ids.tolist())) == 44
+
+
+def test_hard_negatives_flow_into_features(fixture_tasks):
+    registration.register(str(fixture_tasks), num_negatives=2)
+    ds = pipeline.train_dataset(
+        "msmarco_passage", "train", batch_size=2, query_length=8, doc_length=10, num_negatives=2
+    )
+    batch = next(ds.as_numpy_iterator())
+    assert batch["negative_tokens"].shape == (2, 2, 10) and batch["negative_ids"].shape == (2, 2)
+    columns = registration.examples("msmarco_passage", "train", 2)
+    by_query = {q: set(n) for q, n in zip(columns["query_id"], columns["negative_ids"].tolist(), strict=True)}
+    for q, negatives in zip(batch["query_id"], batch["negative_ids"], strict=True):
+        assert set(negatives.tolist()) == by_query[q]
+    assert all(row[row != 0][-1] == 1 for row in batch["negative_tokens"].reshape(-1, 10))
+    with pytest.raises(ValueError, match="no query has 5 hard negatives"):
+        registration.examples("msmarco_passage", "train", 5)
+
+
+def test_mixture_of_tasks(fixture_tasks):
+    seqio.MixtureRegistry.remove("fixture_mixture")
+    seqio.MixtureRegistry.add("fixture_mixture", [("wordnet_definitions", 1.0), ("msmarco_passage", 1.0)])
+    ds = pipeline.train_dataset("fixture_mixture", "train", batch_size=8, query_length=8, doc_length=12, seed=0)
+    ids = np.concatenate([b["doc_id"] for _, b in zip(range(6), ds.as_numpy_iterator(), strict=False)])
+    msmarco_docs = set(registration.examples("msmarco_passage", "train")["doc_id"].tolist())
+    assert 0 < sum(i in msmarco_docs for i in ids.tolist()) < len(ids)  # both tasks contribute
+
+
+def test_unknown_task_lists_the_registered_names():
+    with pytest.raises(ValueError, match="unknown task 'wordnet'.*wordnet_definitions"):
+        tasks.load("wordnet", "train")
+    with pytest.raises(ValueError, match="has splits"):
+        tasks.load("wordnet_definitions", "validation")
+
+
+def test_build_vocab_is_deterministic_and_data_stats_reports_duplicates(fixture_tasks, tmp_path, capsys):
+    outs = [tmp_path / "a" / "v.model", tmp_path / "b" / "v.model"]
+    for out in outs:
+        assert cli.main(["build-vocab", "--task=wordnet_definitions", "--vocab_size=60", f"--out={out}"]) == 0
+    assert outs[0].read_bytes() == outs[1].read_bytes()
+    assert sorted(p.name for p in outs[0].parent.iterdir()) == ["v.model"]  # no temporary left
+    capsys.readouterr()
+    assert cli.main(["data-stats", "--task=msmarco_passage", f"--vocab={fixture_tasks}", "--doc_length=4"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["examples"] == 2 and stats["unique_documents"] == 2
+    assert stats["problems"] == {
+        "empty_documents": 1,
+        "qrels_with_missing_document": 1,
+        "negatives_with_missing_document": 1,
+    }
+    assert stats["document_truncation_rate"] == 1.0  # 'The sky is blue.' needs more than 3 pieces + EOS
+    assert cli.main(["data-stats", "--task=nope"]) == 2

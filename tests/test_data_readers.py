@@ -1,0 +1,223 @@
+"""Readers of each official format, over fixtures written here in those formats, and over the
+real shared files when present."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pytest
+from conftest import require_shared
+
+from samtone_jax.data import msmarco, multireqa, wordnet
+from samtone_jax.data.collection import text_id
+from samtone_jax.data.records import BadRecordError, ReadStats, read_jsonl
+
+# ----------------------------------------------------------------------------------------------
+# MultiReQA: MRQA contexts + sentence boundaries.
+# ----------------------------------------------------------------------------------------------
+CONTEXT = "Paris is the capital of France. It lies on the Seine. The Louvre is there."
+#          0         1         2         3         4         5         6         7
+SENTENCES = [(0, 31), (32, 53), (54, 74)]
+
+
+def write_multireqa(root, dataset="SQuAD", split="dev"):
+    qas = [
+        # answer "Paris" (0..4 inclusive) -> sentence 0
+        {"qid": "q1", "question": "What is the capital of France?", "detected_answers": [{"char_spans": [[0, 4]]}]},
+        # answer "Seine" in sentence 1, and a second span "Louvre" in sentence 2 -> both gold
+        {"qid": "q2", "question": "What river and museum?", "detected_answers": [
+            {"char_spans": [[47, 51]]}, {"char_spans": [[58, 63]]}]},
+        # answer crossing sentences 0 and 1 ("France. It") -> both, counted
+        {"qid": "q3", "question": "Crossing?", "detected_answers": [{"char_spans": [[24, 34]]}]},
+    ]  # fmt: skip
+    mrqa_path = root / "mrqa" / split / f"{dataset}.jsonl.gz"
+    mrqa_path.parent.mkdir(parents=True)
+    with gzip.open(mrqa_path, "wt") as f:
+        f.write(json.dumps({"header": {"dataset": dataset, "split": split}}) + "\n")
+        f.write(json.dumps({"context": CONTEXT, "qas": qas}) + "\n")
+        f.write(json.dumps({"context": "Unannotated context.", "qas": [{"qid": "q9", "question": "x?"}]}) + "\n")
+    cand_path = root / "multireqa" / "data" / split / dataset / "candidates.json.gz"
+    cand_path.parent.mkdir(parents=True)
+    key = f"{dataset}_q1/q2/q3"
+    with gzip.open(cand_path, "wt") as f:
+        for k, (s, e) in enumerate(SENTENCES):
+            f.write(json.dumps({"candidate_id": f"{key}/_{k}", "response_start": s, "response_end": e}) + "\n")
+        f.write(json.dumps({"candidate_id": "SQuAD_nope/_0", "response_start": 0, "response_end": 3}) + "\n")
+    return str(mrqa_path), str(cand_path)
+
+
+def test_multireqa_official_route(tmp_path):
+    mrqa_path, cand_path = write_multireqa(tmp_path)
+    c = multireqa.load_official(mrqa_path, cand_path)
+    key = "SQuAD_q1/q2/q3"
+    assert c.corpus == {
+        f"{key}/_0": "Paris is the capital of France.",
+        f"{key}/_1": "It lies on the Seine.",
+        f"{key}/_2": "The Louvre is there.",
+    }
+    assert c.qrels == {
+        "q1": {f"{key}/_0": 1},
+        "q2": {f"{key}/_1": 1, f"{key}/_2": 1},
+        "q3": {f"{key}/_0": 1, f"{key}/_1": 1},
+    }
+    assert set(c.queries) == {"q1", "q2", "q3"}  # q9 has no gold sentence
+    assert c.stats["answers_crossing_sentences"] == 1
+    assert c.stats["questions_without_gold_sentence"] == 1
+    assert c.stats["candidates_without_context"] == 1
+    assert multireqa.official_paths(str(tmp_path), "squad", "test") == (mrqa_path, cand_path)
+    with pytest.raises(ValueError, match="no train split"):
+        multireqa.official_paths(str(tmp_path), "bioasq", "train")
+
+
+def test_malformed_line_names_file_and_line_or_is_counted(tmp_path):
+    path = tmp_path / "queries.jsonl"
+    path.write_text('{"_id": "1", "text": "a"}\n{"_id": "2", "text": "b"\n{"_id": "3"}\n')
+    with pytest.raises(BadRecordError, match=r"queries.jsonl:2: JSONDecodeError"):
+        list(read_jsonl(str(path), ReadStats(), require=("_id", "text")))
+    stats = ReadStats()
+    rows = list(read_jsonl(str(path), stats, skip_bad_records=True, require=("_id", "text")))
+    assert [r["_id"] for r in rows] == ["1"] and stats["bad_records"] == 2
+
+
+def test_real_squad_dev_counts_and_article_split(data_dir):
+    require_shared("multireqa_squad_dev/questions.jsonl")
+    squad = require_shared("squad_v1.1/dev-v1.1.json")
+    directory = str(data_dir / "multireqa_squad_dev")
+    everything = multireqa.load_squad_dev(directory, str(squad), "all")
+    assert len(everything.corpus) == 10642 and len(everything.queries) == 10570
+    assert all(len(g) >= 1 and all(d in everything.corpus for d in g) for g in everything.qrels.values())
+    train = multireqa.load_squad_dev(directory, str(squad), "train")
+    test = multireqa.load_squad_dev(directory, str(squad), "test")
+    assert len(train.queries) == 8570 and len(test.queries) == 2000  # 38 / 10 articles
+    assert set(train.queries).isdisjoint(test.queries)
+    assert len(test.corpus) == 10642  # the test pool is every sentence
+    # Article-level: no paragraph (hence no article) has questions on both sides.
+    paragraph = {}
+    for q in read_jsonl(os.path.join(directory, "questions.jsonl"), ReadStats()):
+        paragraph[q["qid"]] = q["context_idx"]
+    assert {paragraph[q] for q in train.queries}.isdisjoint({paragraph[q] for q in test.queries})
+
+
+# ----------------------------------------------------------------------------------------------
+# MS MARCO and BEIR.
+# ----------------------------------------------------------------------------------------------
+def write_msmarco(root, negatives="tsv"):
+    d = root / "msmarco_passage"
+    d.mkdir(parents=True)
+    (d / "collection.tsv").write_text("0\tThe sky is blue.\n1\tGrass is green.\n2\tSnow is white.\n3\t \n")
+    (d / "queries.train.tsv").write_text("10\twhat colour is the sky\n11\twhat colour is grass\n12\tmissing doc\n")
+    (d / "qrels.train.tsv").write_text("10\t0\t0\t1\n11\t0\t1\t1\n12\t0\t99\t1\n")
+    (d / "queries.dev.tsv").write_text("20\twhat colour is snow\n")
+    (d / "qrels.dev.tsv").write_text("20 Q0 2 1\n")  # TREC format
+    if negatives == "tsv":
+        (d / "negatives.train.tsv").write_text("10\t1,2\n11\t0,2,77\n")
+    else:
+        (d / "negatives.train.jsonl").write_text(
+            '{"qid": "10", "negatives": ["1", "2"]}\n{"qid": "11", "negatives": ["0", "2"]}\n'
+        )
+    return d
+
+
+@pytest.mark.parametrize("negatives", ["tsv", "jsonl"])
+def test_msmarco_official_files(tmp_path, negatives):
+    d = write_msmarco(tmp_path, negatives)
+    c = msmarco.load_msmarco(str(d), "train")
+    assert c.corpus == {"0": "The sky is blue.", "1": "Grass is green.", "2": "Snow is white."}
+    assert c.stats["empty_documents"] == 1
+    assert c.pairs() == [("10", "0"), ("11", "1")]
+    assert c.stats["qrels_with_missing_document"] == 1
+    assert c.hard_negatives == {"10": ["1", "2"], "11": ["0", "2"]}
+    assert c.stats["negatives_with_missing_document"] == (1 if negatives == "tsv" else 0)
+    dev = msmarco.load_msmarco(str(d), "dev")
+    assert dev.pairs() == [("20", "2")]
+
+
+def test_beir_format(tmp_path):
+    d = tmp_path / "scifact"
+    (d / "qrels").mkdir(parents=True)
+    (d / "corpus.jsonl").write_text(
+        '{"_id": "d1", "title": "Cells", "text": "Cells divide."}\n{"_id": "d2", "title": "", "text": "Atoms bond."}\n'
+    )
+    (d / "queries.jsonl").write_text('{"_id": "q1", "text": "do cells divide"}\n')
+    (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\n")
+    c = msmarco.load_beir(str(d), "test")
+    assert c.corpus == {"d1": "Cells Cells divide.", "d2": "Atoms bond."}
+    assert c.qrels == {"q1": {"d1": 1, "d2": 0}} and c.pairs() == [("q1", "d1")]
+
+
+def test_real_msmarco_and_trec_qrels_parse(data_dir):
+    folder = require_shared("msmarco_trec_qrels")
+    stats = ReadStats()
+    dev = msmarco.read_qrels(str(folder / "qrels.msmarco-passage.dev-subset.txt"), stats)
+    dl19 = msmarco.read_qrels(str(folder / "qrels.dl19-passage.txt"), stats)
+    assert sum(map(len, dev.values())) == 7437 and len(dev) == 6980
+    assert sum(map(len, dl19.values())) == 9260 and len(dl19) == 43
+    assert {r for rels in dl19.values() for r in rels.values()} == {0, 1, 2, 3}  # graded
+    assert not stats
+
+
+# ----------------------------------------------------------------------------------------------
+# WordNet database files.
+# ----------------------------------------------------------------------------------------------
+LICENCE = "  1 This software and database is being provided to you, the LICENSEE, by  \n"
+NOUN = (
+    '00001740 03 n 01 entity 0 003 ~ 00001930 n 0000 ~ 00002137 n 0000 ~ 04431553 n 0000 | that which is '
+    'perceived or known or inferred to have its own distinct existence (living or nonliving)  \n'
+    '00149262 04 n 03 untying 0 undoing 0 unfastening 0 001 @ 00148653 n 0000 | loosening the ties that fasten '
+    'something; "the tying of bow ties is an art; the untying is easy"  \n'
+)  # fmt: skip
+ADJ = '00001740 00 a 01 able 0 001 = 05200169 n 0000 | having the means; "able to swim"; "she was able to program"  \n'
+ADJ += '00014358 00 s 02 abounding 0 galore(ip) 0 001 & 00013887 a 0000 | existing in abundance; "whiskey galore"  \n'
+VERB = (
+    '00001740 29 v 01 breathe 0 000 01 + 02 00 | draw air into, and expel out of, the lungs; "I can breathe better"  \n'
+)
+ADV = "00001740 02 r 01 a_cappella 0 000 | without musical accompaniment  \n"
+
+
+def write_wordnet(root):
+    root.mkdir(parents=True, exist_ok=True)
+    for name, body in (("noun", NOUN), ("adj", ADJ), ("verb", VERB), ("adv", ADV)):
+        (root / f"data.{name}").write_text(LICENCE + body)
+    return root
+
+
+def test_wordnet_database_format(tmp_path):
+    root = write_wordnet(tmp_path / "wn")
+    synsets = {s["id"]: s for s in wordnet.read_synsets(str(root))}
+    assert set(synsets) == {"n00001740", "n00149262", "a00001740", "a00014358", "v00001740", "r00001740"}
+    untying = synsets["n00149262"]
+    assert untying["lemmas"] == ["untying", "undoing", "unfastening"]
+    assert untying["definition"] == "loosening the ties that fasten something"
+    assert untying["examples"] == ["the tying of bow ties is an art; the untying is easy"]
+    assert synsets["a00014358"]["lemmas"] == ["abounding", "galore"]  # (ip) marker dropped
+    assert synsets["v00001740"]["examples"] == ["I can breathe better"]
+    c = wordnet.load_collection(str(root))
+    assert c.queries["a00001740#1"] == "able: she was able to program"
+    assert c.queries["n00149262#0"] == "untying: the tying of bow ties is an art; the untying is easy"
+    assert len(c.corpus) == 6 and len(c.pairs()) == 5
+    assert text_id(c.queries["a00001740#0"]) == text_id("ABLE:  able to swim ")  # normalised
+    (root / "data.adv").write_text(LICENCE + "00001740 02 r 0x a_cappella 0 000 | broken\n")
+    with pytest.raises(BadRecordError, match=r"data.adv:2: ValueError"):
+        list(wordnet.read_synsets(str(root)))
+    os.remove(root / "data.adv")
+    with pytest.raises(FileNotFoundError, match="apt-get install wordnet-base"):
+        list(wordnet.read_synsets(str(root)))
+
+
+def test_real_wordnet_matches_the_shared_copy():
+    if not os.path.exists(os.path.join(wordnet.DEFAULT_DIR, "data.noun")):
+        pytest.skip(f"{wordnet.DEFAULT_DIR} absent: apt-get install wordnet-base")
+    shared_path = require_shared("wordnet/synsets.jsonl.gz")
+    ours = list(wordnet.read_synsets())
+    with gzip.open(shared_path, "rt") as f:
+        shared = {(s["pos"], s["id"][1:]): s for s in map(json.loads, f)}
+    assert len(ours) == len(shared) == 117659
+    assert sum(len(s["examples"]) for s in ours) == 48339
+    for s in ours:
+        theirs = shared[(s["pos"], s["id"][1:])]
+        assert s["definition"] == theirs["definition"].strip().rstrip(";").strip() or theirs["definition"].startswith(
+            s["definition"]
+        ), s
+        assert s["examples"] == [e.strip() for e in theirs["examples"]], s
