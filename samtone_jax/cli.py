@@ -53,6 +53,31 @@ def _cmd_import_checkpoint(args, bindings) -> int:
     return 0
 
 
+def _init_distributed(args) -> None:
+    """Join the multi-controller runtime before JAX is used (TPU pods: automatic)."""
+    import jax
+
+    if args.num_cpu_devices:
+        jax.config.update("jax_num_cpu_devices", args.num_cpu_devices)
+    if args.coordinator_address or args.num_processes:
+        jax.distributed.initialize(
+            coordinator_address=args.coordinator_address, num_processes=args.num_processes, process_id=args.process_id
+        )
+    elif args.multihost:
+        jax.distributed.initialize()  # TPU pod / SLURM: discovered from the environment
+
+
+def _cmd_train(args, bindings) -> int:
+    _init_distributed(args)
+    from samtone_jax import gin_utils, train
+
+    gin_utils.parse(args.gin_file, args.gin_bindings + bindings)
+    metrics = train.train()
+    if metrics:
+        print("final " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())))
+    return 0
+
+
 def _cmd_demo(args, bindings) -> int:
     from samtone_jax import demo
 
@@ -115,6 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed for a projection the source lacks")
     p.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
     p.set_defaults(run=_cmd_import_checkpoint)
+
+    p = sub.add_parser("train", help="train a dual encoder (gin: runs/*.gin)")
+    _add_gin_flags(p)
+    p.add_argument("--multihost", action="store_true", help="jax.distributed.initialize() from the environment (TPU)")
+    p.add_argument("--coordinator_address", default=None, help="host:port of process 0 (multi-process)")
+    p.add_argument("--num_processes", type=int, default=None)
+    p.add_argument("--process_id", type=int, default=None)
+    p.add_argument("--num_cpu_devices", type=int, default=None, help="CPU devices per process (testing)")
+    p.set_defaults(run=_cmd_train)
 
     p = sub.add_parser("build-vocab", help="train a SentencePiece vocabulary on a task's text")
     _task_flags(p)

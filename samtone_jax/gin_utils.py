@@ -7,6 +7,7 @@ relative to the repository's `gin_configs/`.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +27,13 @@ DualEncoder = gin.external_configurable(_DualEncoder, "DualEncoder")
 contrastive_loss = gin.external_configurable(_losses.contrastive_loss, "contrastive_loss")
 
 
+def _import_configurables() -> None:
+    """Every module with @gin.configurable, so a config can name any of them (and a typo fails)."""
+    import samtone_jax.partitioning  # noqa: F401  create_mesh
+    import samtone_jax.tasks  # noqa: F401  data_dir, wordnet_dir
+    import samtone_jax.train  # noqa: F401  train, adafactor
+
+
 def resolve_gin_file(path: str) -> str:
     """`path` as given if it exists, else relative to the repository's gin_configs/."""
     if os.path.exists(path):
@@ -42,14 +50,19 @@ def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finali
     Raises ValueError naming the file and the gin name when a file is missing, a name is not
     configurable (typo), or a binding does not parse.
     """
+    _import_configurables()
     gin.clear_config()
     gin.add_config_file_search_path(str(GIN_CONFIGS_DIR))  # for `include` inside gin files
+    # gin logs an ERROR for each search-path miss while resolving `include`s; real failures raise.
+    logging.disable(logging.ERROR)
     try:
         gin.parse_config_files_and_bindings(
             [resolve_gin_file(f) for f in gin_files], list(bindings), finalize_config=finalize
         )
     except (ValueError, KeyError, SyntaxError, TypeError) as e:
         raise ValueError(f"gin config {list(gin_files)} with bindings {list(bindings)} is invalid: {e}") from e
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def model() -> _DualEncoder:

@@ -1,14 +1,18 @@
-"""Logical axis names -> mesh axes, as in T5X (data parallel over 'data', model parallel over 'model').
+"""The ('data', 'model') mesh, logical axis rules, and host <-> global array helpers, as in T5X.
 
-Every parameter is created with logical names (see models/t5.py); these rules turn them into
-`PartitionSpec`s on a ('data', 'model') mesh. With `num_partitions=1` the 'model' axis has
-size 1 and everything is replicated, which is plain data parallelism.
+Data parallelism over 'data' (the batch dimension), model parallelism over 'model' (heads,
+mlp, vocab), chosen by gin `num_partitions`. With num_partitions = 1 the 'model' axis has size 1
+and parameters are replicated: plain data parallelism, which the contrastive loss needs anyway
+(its columns are all-gathered over 'data').
 """
 
 from __future__ import annotations
 
 import flax.linen as nn
-from jax.sharding import PartitionSpec
+import gin
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 # T5X's standard 1-D model-parallel rules (t5x.partitioning.standard_logical_axis_rules).
 DEFAULT_RULES: tuple[tuple[str, str | None], ...] = (
@@ -24,10 +28,45 @@ DEFAULT_RULES: tuple[tuple[str, str | None], ...] = (
 )
 
 
+@gin.configurable
+def create_mesh(num_partitions: int = 1, devices=None) -> Mesh:
+    """A ('data', 'model') mesh over all devices (of all processes); 'model' has num_partitions."""
+    devices = np.asarray(jax.devices() if devices is None else devices)
+    if num_partitions < 1 or devices.size % num_partitions:
+        raise ValueError(
+            f"create_mesh.num_partitions={num_partitions} must divide the {devices.size} devices (gin: num_partitions)"
+        )
+    grid = devices.reshape(devices.size // num_partitions, num_partitions)
+    return Mesh(grid, ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
 def param_partition_specs(boxed_params, rules=DEFAULT_RULES):
     """Mesh PartitionSpecs for a tree of logically-boxed parameters (from `init_params`)."""
-    logical = nn.get_partition_spec(boxed_params)
-    return nn.logical_to_mesh(logical, rules)
+    return nn.logical_to_mesh(nn.get_partition_spec(boxed_params), rules)
 
 
-__all__ = ["DEFAULT_RULES", "PartitionSpec", "param_partition_specs"]
+def param_shardings(mesh: Mesh, boxed_params, rules=DEFAULT_RULES):
+    specs = param_partition_specs(boxed_params, rules)
+    return jax.tree_util.tree_map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Leading (batch) dimension over 'data', everything else replicated."""
+    return NamedSharding(mesh, PartitionSpec("data"))
+
+
+def host_to_global(mesh: Mesh, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    """This host's rows -> global arrays sharded over 'data' (hosts contribute in process order)."""
+    sharding = batch_sharding(mesh)
+    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
+
+
+__all__ = [
+    "DEFAULT_RULES",
+    "PartitionSpec",
+    "batch_sharding",
+    "create_mesh",
+    "host_to_global",
+    "param_partition_specs",
+    "param_shardings",
+]

@@ -1,0 +1,92 @@
+"""GradCache (Gao et al. 2021): a contrastive batch not limited by activation memory.
+
+  1. embed the whole batch in chunks, keeping no activations (no autodiff through this pass);
+  2. the loss and its gradient w.r.t. the *embeddings* on the full batch (cheap: B×D);
+  3. per chunk, re-run the encoder under `jax.vjp` with the same dropout keys and pull the
+     embedding gradient back to the parameters, accumulating.
+
+Peak activation memory is that of one chunk; the result equals the plain step's loss and
+gradients (to float tolerance), dropout included, because every example's dropout key depends
+on its index only (samtone_jax/encoding.py). Chunks interleave the data shards (chunk j takes
+rows j·c..(j+1)·c−1 of *every* device's slice), so each device works on every chunk.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from samtone_jax.encoding import encode
+
+
+def to_chunks(x: jax.Array, num_chunks: int, num_shards: int) -> jax.Array:
+    """[B, ...] -> [num_chunks, B / num_chunks, ...], each chunk drawing equally from every shard."""
+    b = x.shape[0]
+    x = x.reshape(num_shards, num_chunks, b // (num_shards * num_chunks), *x.shape[1:])
+    return jnp.swapaxes(x, 0, 1).reshape(num_chunks, b // num_chunks, *x.shape[3:])
+
+
+def from_chunks(x: jax.Array, num_shards: int) -> jax.Array:
+    """Inverse of to_chunks."""
+    n, c = x.shape[:2]
+    x = x.reshape(n, num_shards, c // num_shards, *x.shape[2:])
+    return jnp.swapaxes(x, 0, 1).reshape(n * c, *x.shape[3:])
+
+
+def _sides(batch):
+    """(name, side, tokens [N, L]) for each encoded input; negatives flattened to [B·K, L]."""
+    out = [("query_tokens", "query", batch["query_tokens"]), ("doc_tokens", "document", batch["doc_tokens"])]
+    if "negative_tokens" in batch:
+        b, k, length = batch["negative_tokens"].shape
+        out.append(("negative_tokens", "negative", batch["negative_tokens"].reshape(b * k, length)))
+    return out
+
+
+def loss_and_grads(model, params, batch, rng, loss_on_embeddings, chunk_size: int, num_shards: int):
+    """GradCache equivalent of value_and_grad(loss(encode(params, batch)), has_aux=True).
+
+    loss_on_embeddings(params, q, d, n) -> (loss, metrics); `params` is passed so a learnable
+    temperature gets its gradient. chunk_size: rows per device per chunk.
+    """
+    chunks = {}
+    for name, side, tokens in _sides(batch):
+        rows = tokens.shape[0]
+        per_shard = rows // num_shards
+        if per_shard % chunk_size:
+            raise ValueError(
+                f"GRAD_CACHE_CHUNK_SIZE={chunk_size} must divide the per-device rows of {name} ({per_shard} = "
+                f"{rows} / {num_shards} devices)"
+            )
+        n = per_shard // chunk_size
+        chunks[name] = (side, to_chunks(tokens, n, num_shards), to_chunks(jnp.arange(rows), n, num_shards))
+
+    frozen = jax.lax.stop_gradient(params)
+    embeddings = {}
+    for name, (side, tok, idx) in chunks.items():  # 1. embed without activations
+        out = jax.lax.map(lambda x, side=side: encode(model, frozen, x[0], side, rng, x[1]), (tok, idx))
+        embeddings[name] = from_chunks(out, num_shards)
+
+    q, d = embeddings["query_tokens"], embeddings["doc_tokens"]
+    n = None
+    if "negative_tokens" in embeddings:
+        b, k = batch["negative_tokens"].shape[:2]
+        n = embeddings["negative_tokens"].reshape(b, k, -1)
+    # 2. loss and its gradient w.r.t. the embeddings (and any parameter the loss reads directly)
+    (loss, metrics), (g_params, g_q, g_d, g_n) = jax.value_and_grad(loss_on_embeddings, argnums=(0, 1, 2, 3), has_aux=True)(
+        params, q, d, n
+    )
+    cotangents = {"query_tokens": g_q, "doc_tokens": g_d}
+    if n is not None:
+        cotangents["negative_tokens"] = g_n.reshape(-1, g_n.shape[-1])
+
+    grads = g_params
+    for name, (side, tok, idx) in chunks.items():  # 3. re-encode each chunk under vjp
+        cot = to_chunks(cotangents[name], tok.shape[0], num_shards)
+
+        def accumulate(total, x, side=side):
+            tok_c, idx_c, cot_c = x
+            _, pull = jax.vjp(lambda p: encode(model, p, tok_c, side, rng, idx_c), params)
+            return jax.tree_util.tree_map(jnp.add, total, pull(cot_c)[0]), None
+
+        grads, _ = jax.lax.scan(accumulate, grads, (tok, idx, cot))
+    return (loss, metrics), grads

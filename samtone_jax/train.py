@@ -1,0 +1,237 @@
+"""The T5X-style training loop, configured by gin. Reads top to bottom:
+
+  mesh -> model + optimizer -> state (fresh, INIT_CHECKPOINT, or resumed from MODEL_DIR)
+  -> per-host input pipeline at the resumed position -> jitted step (GradCache optional; loss in
+  shard_map over 'data') -> logging / eval / checkpoints -> SIGTERM-safe exit.
+
+`samtone train --gin_file=runs/demo_cpu.gin --gin.MODEL_DIR="'/tmp/run'"`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import time
+
+import flax.linen as nn
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from samtone_jax import gin_utils, grad_cache, partitioning
+from samtone_jax.checkpoints import load_params
+from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
+from samtone_jax.encoding import encode_batch
+from samtone_jax.models import init_params
+from samtone_jax.train_logging import ProgressLogger
+
+log = logging.getLogger(__name__)
+
+ID_FEATURES = ("query_id", "doc_id", "negative_ids")
+
+
+def fold_ids(ids: np.ndarray) -> np.ndarray:
+    """int64 hashes -> int32 (JAX's default width): xor of the halves, equal ids stay equal."""
+    ids = np.asarray(ids, np.int64)
+    return ((ids ^ (ids >> 32)) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def model_features(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The arrays the step consumes (tokens and folded ids; bookkeeping features dropped)."""
+    keep = ("query_tokens", "doc_tokens", "negative_tokens", *ID_FEATURES)
+    return {k: (fold_ids(v) if k in ID_FEATURES else v) for k, v in batch.items() if k in keep}
+
+
+@gin.configurable
+def adafactor(learning_rate: float = 1e-3, train_steps: int = gin.REQUIRED, warmup_steps: int = 0):
+    """optax.adafactor with T5X's defaults (factored, decay 0.8, clipping 1.0, parameter scale) and
+    a linear decay from `learning_rate` to 0 at `train_steps`, after an optional linear warmup."""
+    decay = optax.linear_schedule(learning_rate, 0.0, max(train_steps - warmup_steps, 1))
+    schedule = decay
+    if warmup_steps:
+        schedule = optax.join_schedules([optax.linear_schedule(0.0, learning_rate, warmup_steps), decay], [warmup_steps])
+    return optax.adafactor(schedule, decay_rate=0.8, clipping_threshold=1.0, multiply_by_parameter_scale=True), schedule
+
+
+def make_loss_on_embeddings(model, mesh, batch):
+    """(params, q, d, n) -> (loss, metrics): the gin-configured contrastive loss, each device
+    scoring its rows against the all-gathered columns (shard_map over 'data')."""
+    ids = tuple(batch.get(k) for k in ID_FEATURES)
+
+    def loss(params, q, d, n):
+        tau = model.apply({"params": params}, method=model.temperature)
+        kwargs = {} if tau is None else {"temperature": tau}
+
+        def local(q, d, n, qid, did, nid):
+            return gin_utils.contrastive_loss(
+                q, d, negatives=n, query_ids=qid, doc_ids=did, negative_ids=nid, axis_name="data", **kwargs
+            )
+
+        spec = P("data")
+        return jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 6, out_specs=(P(), P()), check_vma=False)(q, d, n, *ids)
+
+    return loss
+
+
+def make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size: int | None):
+    num_shards = mesh.shape["data"]
+
+    def step(state, batch):
+        rng = jax.random.fold_in(state["rng"], state["step"])
+        loss_on_embeddings = make_loss_on_embeddings(model, mesh, batch)
+        if grad_cache_chunk_size:
+            (loss, metrics), grads = grad_cache.loss_and_grads(
+                model, state["params"], batch, rng, loss_on_embeddings, grad_cache_chunk_size, num_shards
+            )
+        else:
+
+            def full(params):
+                return loss_on_embeddings(params, *encode_batch(model, params, batch, rng))
+
+            (loss, metrics), grads = jax.value_and_grad(full, has_aux=True)(state["params"])
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        new_state = dict(state, step=state["step"] + 1, params=optax.apply_updates(state["params"], updates))
+        new_state["opt_state"] = opt_state
+        metrics = dict(metrics, grad_norm=optax.global_norm(grads), learning_rate=schedule(state["step"]))
+        return new_state, metrics
+
+    return step
+
+
+def make_eval_step(model, mesh):
+    def step(params, batch):
+        return make_loss_on_embeddings(model, mesh, batch)(params, *encode_batch(model, params, batch, None))[1]
+
+    return step
+
+
+def initial_state(model, tx, mesh, seed: int, init_checkpoint: str | None):
+    """Sharded {step, params, opt_state, rng}; params from INIT_CHECKPOINT when given."""
+    boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(seed)))
+    shardings = partitioning.param_shardings(mesh, boxed)
+    if init_checkpoint:
+        abstract = jax.tree_util.tree_map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.unbox(boxed), shardings
+        )
+        params = load_params(init_checkpoint, abstract)
+        log.info("initialised parameters from %s", init_checkpoint)
+    else:
+        params = jax.jit(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(seed))), out_shardings=shardings)()
+    replicated = NamedSharding(mesh, P())
+    return {
+        "step": jax.device_put(jnp.zeros((), jnp.int32), replicated),
+        "params": params,
+        "opt_state": jax.jit(tx.init)(params),
+        "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed + 1)), replicated),
+    }
+
+
+def _install_sigterm_flag():
+    """SIGTERM (TPU preemption) sets a flag the loop checks at the next step boundary."""
+    flag = {"set": False}
+
+    def handler(signum, frame):
+        log.warning("SIGTERM received: checkpointing at the next step boundary, then exiting")
+        flag["set"] = True
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    return flag, previous
+
+
+@gin.configurable
+def train(
+    model_dir: str = gin.REQUIRED,
+    task: str = gin.REQUIRED,
+    train_steps: int = gin.REQUIRED,
+    batch_size: int = gin.REQUIRED,
+    split: str = "train",
+    query_length: int = 64,
+    doc_length: int = 128,
+    seed: int = 0,
+    num_negatives: int = 0,
+    vocabulary: str | None = None,
+    init_checkpoint: str | None = None,
+    grad_cache_chunk_size: int | None = None,
+    checkpoint_every: int = 1000,
+    keep_checkpoints: int = 3,
+    log_every: int = 100,
+    eval_every: int = 0,
+    eval_split: str | None = None,
+    eval_batches: int = 4,
+) -> dict:
+    """Train until `train_steps` (resuming from MODEL_DIR); returns the last logged metrics.
+
+    batch_size is the *global* batch: each of the jax.process_count() hosts feeds batch_size /
+    process_count examples (its own shard of the data).
+    """
+    from samtone_jax.data import pipeline
+    from samtone_jax.tasks import registration
+
+    model = gin_utils.model()
+    tx, schedule = adafactor(train_steps=train_steps)
+    mesh = partitioning.create_mesh()
+    hosts, host = jax.process_count(), jax.process_index()
+    if batch_size % (hosts * mesh.shape["data"]):
+        raise ValueError(
+            f"BATCH_SIZE={batch_size} must be divisible by the {mesh.shape['data']} data-parallel devices "
+            f"({hosts} host(s))"
+        )
+    os.makedirs(model_dir, exist_ok=True)
+    if host == 0:
+        with open(os.path.join(model_dir, "config.gin"), "w") as f:
+            f.write(gin.config_str())
+
+    checkpointer = TrainCheckpointer(os.path.join(model_dir, "checkpoints"), checkpoint_every, keep_checkpoints)
+    state = initial_state(model, tx, mesh, seed, init_checkpoint if checkpointer.latest_step() is None else None)
+    state, start = checkpointer.restore_latest(state)
+    if start:
+        log.info("resumed from step %d in %s", start, checkpointer.directory)
+
+    registration.register(vocabulary, num_negatives)
+    dataset = functools.partial(
+        pipeline.train_dataset, batch_size=batch_size // hosts, query_length=query_length, doc_length=doc_length,
+        seed=seed, num_negatives=num_negatives, shard_index=host, num_shards=hosts,
+    )  # fmt: skip
+    batches = dataset(task, split, start_batch=start).as_numpy_iterator()
+
+    step_fn = jax.jit(make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size), donate_argnums=0)
+    eval_fn = jax.jit(make_eval_step(model, mesh)) if eval_every else None
+    progress = ProgressLogger(model_dir, train_steps, batch_size, log_every, checkpointer)
+    sigterm, previous_handler = _install_sigterm_flag()
+    metrics = {}
+    try:
+        for step in range(start, train_steps):
+            batch = partitioning.host_to_global(mesh, model_features(next(batches)))
+            state, step_metrics = step_fn(state, batch)
+            progress.record(step + 1, step_metrics)  # raises on a non-finite loss, naming the checkpoint
+            checkpointer.maybe_save(step + 1, state)
+            if eval_fn and (step + 1) % eval_every == 0:
+                progress.write_eval(step + 1, _evaluate(eval_fn, state, dataset, task, eval_split or split, mesh, eval_batches))
+            if sigterm["set"]:
+                checkpointer.save(step + 1, state, force=True)
+                log.warning("preempted: saved step %d; rerun the same command to resume", step + 1)
+                break
+        else:
+            checkpointer.save(train_steps, state, force=True)
+        metrics = progress.last
+    finally:
+        checkpointer.close()
+        progress.close()
+        signal.signal(signal.SIGTERM, previous_handler)
+    return metrics
+
+
+def _evaluate(eval_fn, state, dataset, task, split, mesh, num_batches):
+    """Mean loss metrics over the first `num_batches` batches of the eval split (seed-fixed)."""
+    totals = {}
+    for _, batch in zip(range(num_batches), dataset(task, split, start_batch=0).as_numpy_iterator(), strict=False):
+        out = jax.device_get(eval_fn(state["params"], partitioning.host_to_global(mesh, model_features(batch))))
+        for k, v in out.items():
+            totals[k] = totals.get(k, 0.0) + float(v) / num_batches
+    return totals

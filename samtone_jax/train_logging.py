@@ -1,0 +1,80 @@
+"""Training metrics: TensorBoard events (clu metric writers), a console progress line, and the
+non-finite-loss stop.
+
+Per-step metrics stay on device and are fetched every `log_every` steps, so logging does not
+synchronise the host with every step; the non-finite check therefore names a step *range*.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import time
+
+import jax
+import numpy as np
+from clu import metric_writers
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(FloatingPointError):
+    pass
+
+
+class ProgressLogger:
+    def __init__(self, model_dir: str, total_steps: int, global_batch: int, log_every: int, checkpointer):
+        only_log = jax.process_index() > 0  # one writer of summaries
+        self.train_writer = metric_writers.create_default_writer(os.path.join(model_dir, "train"), just_logging=only_log)
+        self.eval_writer = metric_writers.create_default_writer(os.path.join(model_dir, "eval"), just_logging=only_log)
+        self.total, self.batch, self.every = total_steps, global_batch, max(log_every, 1)
+        self.checkpointer = checkpointer
+        self.pending: list[tuple[int, dict]] = []
+        self.last: dict = {}
+        self.last_step, self.last_time = None, time.time()
+
+    def record(self, step: int, metrics) -> None:
+        self.pending.append((step, metrics))
+        if step % self.every == 0 or step == self.total:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        fetched = jax.device_get(self.pending)
+        self.pending = []
+        first = fetched[0][0]
+        for step, metrics in fetched:
+            if not np.isfinite(metrics["loss"]):
+                raise NonFiniteLossError(
+                    f"loss is {metrics['loss']} at step {step} (checked steps {first}..{fetched[-1][0]}); last good "
+                    f"checkpoint: step {self.checkpointer.latest_step()} in {self.checkpointer.directory}. Lower "
+                    "LEARNING_RATE, raise the temperature, or check the data of those steps."
+                )
+        step = fetched[-1][0]
+        mean = {k: float(np.mean([m[k] for _, m in fetched])) for k in fetched[-1][1]}
+        now = time.time()
+        steps_done = step - (self.last_step if self.last_step is not None else first - 1)
+        rate = steps_done * self.batch / max(now - self.last_time, 1e-9)
+        self.last_step, self.last_time = step, now
+        mean["examples_per_second"] = rate
+        self.train_writer.write_scalars(step, mean)
+        eta = datetime.timedelta(seconds=int((self.total - step) * self.batch / max(rate, 1e-9)))
+        print(
+            f"step {step}/{self.total} | loss {mean['loss']:.4f} | acc {mean['accuracy']:.3f} | "
+            f"{rate:.1f} ex/s | ETA {eta}",
+            flush=True,
+        )
+        self.last = mean
+
+    def write_eval(self, step: int, metrics: dict) -> None:
+        self.eval_writer.write_scalars(step, {f"eval/{k}": v for k, v in metrics.items()})
+        print(f"eval step {step} | loss {metrics['loss']:.4f} | acc {metrics['accuracy']:.3f}", flush=True)
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self.train_writer.close()
+            self.eval_writer.close()
