@@ -72,9 +72,9 @@ def loss_and_grads(model, params, batch, rng, loss_on_embeddings, chunk_size: in
         b, k = batch["negative_tokens"].shape[:2]
         n = embeddings["negative_tokens"].reshape(b, k, -1)
     # 2. loss and its gradient w.r.t. the embeddings (and any parameter the loss reads directly)
-    (loss, metrics), (g_params, g_q, g_d, g_n) = jax.value_and_grad(loss_on_embeddings, argnums=(0, 1, 2, 3), has_aux=True)(
-        params, q, d, n
-    )
+    (loss, metrics), (g_params, g_q, g_d, g_n) = jax.value_and_grad(
+        loss_on_embeddings, argnums=(0, 1, 2, 3), has_aux=True
+    )(params, q, d, n)
     cotangents = {"query_tokens": g_q, "doc_tokens": g_d}
     if n is not None:
         cotangents["negative_tokens"] = g_n.reshape(-1, g_n.shape[-1])

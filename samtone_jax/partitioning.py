@@ -47,7 +47,9 @@ def param_partition_specs(boxed_params, rules=DEFAULT_RULES):
 
 def param_shardings(mesh: Mesh, boxed_params, rules=DEFAULT_RULES):
     specs = param_partition_specs(boxed_params, rules)
-    return jax.tree_util.tree_map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
+    return jax.tree_util.tree_map(
+        lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda x: isinstance(x, PartitionSpec)
+    )
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

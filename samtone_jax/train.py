@@ -13,7 +13,6 @@ import functools
 import logging
 import os
 import signal
-import time
 
 import flax.linen as nn
 import gin
@@ -55,7 +54,9 @@ def adafactor(learning_rate: float = 1e-3, train_steps: int = gin.REQUIRED, warm
     decay = optax.linear_schedule(learning_rate, 0.0, max(train_steps - warmup_steps, 1))
     schedule = decay
     if warmup_steps:
-        schedule = optax.join_schedules([optax.linear_schedule(0.0, learning_rate, warmup_steps), decay], [warmup_steps])
+        schedule = optax.join_schedules(
+            [optax.linear_schedule(0.0, learning_rate, warmup_steps), decay], [warmup_steps]
+        )
     return optax.adafactor(schedule, decay_rate=0.8, clipping_threshold=1.0, multiply_by_parameter_scale=True), schedule
 
 
@@ -74,7 +75,9 @@ def make_loss_on_embeddings(model, mesh, batch):
             )
 
         spec = P("data")
-        return jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 6, out_specs=(P(), P()), check_vma=False)(q, d, n, *ids)
+        return jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 6, out_specs=(P(), P()), check_vma=False)(
+            q, d, n, *ids
+        )
 
     return loss
 
@@ -173,14 +176,16 @@ def train(
     from samtone_jax.data import pipeline
     from samtone_jax.tasks import registration
 
+    if eval_every and not eval_split:
+        raise ValueError("train.eval_every is set but train.eval_split is not: name a held-out split to evaluate on")
     model = gin_utils.model()
     tx, schedule = adafactor(train_steps=train_steps)
     mesh = partitioning.create_mesh()
     hosts, host = jax.process_count(), jax.process_index()
-    if batch_size % (hosts * mesh.shape["data"]):
+    if batch_size % mesh.shape["data"] or batch_size % hosts:
         raise ValueError(
             f"BATCH_SIZE={batch_size} must be divisible by the {mesh.shape['data']} data-parallel devices "
-            f"({hosts} host(s))"
+            f"of the {hosts} host(s)"
         )
     os.makedirs(model_dir, exist_ok=True)
     if host == 0:
@@ -212,7 +217,7 @@ def train(
             progress.record(step + 1, step_metrics)  # raises on a non-finite loss, naming the checkpoint
             checkpointer.maybe_save(step + 1, state)
             if eval_fn and (step + 1) % eval_every == 0:
-                progress.write_eval(step + 1, _evaluate(eval_fn, state, dataset, task, eval_split or split, mesh, eval_batches))
+                progress.write_eval(step + 1, _evaluate(eval_fn, state, dataset, task, eval_split, mesh, eval_batches))
             if sigterm["set"]:
                 checkpointer.save(step + 1, state, force=True)
                 log.warning("preempted: saved step %d; rerun the same command to resume", step + 1)

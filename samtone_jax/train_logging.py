@@ -26,7 +26,9 @@ class NonFiniteLossError(FloatingPointError):
 class ProgressLogger:
     def __init__(self, model_dir: str, total_steps: int, global_batch: int, log_every: int, checkpointer):
         only_log = jax.process_index() > 0  # one writer of summaries
-        self.train_writer = metric_writers.create_default_writer(os.path.join(model_dir, "train"), just_logging=only_log)
+        self.train_writer = metric_writers.create_default_writer(
+            os.path.join(model_dir, "train"), just_logging=only_log
+        )
         self.eval_writer = metric_writers.create_default_writer(os.path.join(model_dir, "eval"), just_logging=only_log)
         self.total, self.batch, self.every = total_steps, global_batch, max(log_every, 1)
         self.checkpointer = checkpointer

@@ -80,7 +80,7 @@ def test_order_is_deterministic_resumable_and_split_between_hosts(fixture_tasks)
         _batches(1, batch_size=2, num_shards=2, shard_index=0),
         _batches(1, batch_size=2, num_shards=2, shard_index=1),
     )
-    assert sorted(np.concatenate([host0[0]["query_id"], host1[0]["query_id"]])) == sorted(first[0]["query_id"])
+    np.testing.assert_array_equal(np.concatenate([host0[0]["query_id"], host1[0]["query_id"]]), first[0]["query_id"])
     # Over an epoch every example appears once.
     epoch = _batches(11, batch_size=4)  # 45 examples: 11 full batches
     ids = np.concatenate([b["query_id"] for b in epoch])

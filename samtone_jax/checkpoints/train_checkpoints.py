@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 class TrainCheckpointer:
     def __init__(self, directory: str, every: int, keep: int):
-        self.directory = directory
+        self.directory, self.every = directory, max(every, 1)
         options = ocp.CheckpointManagerOptions(
             save_interval_steps=max(every, 1), max_to_keep=keep, enable_async_checkpointing=True, create=True
         )
@@ -35,14 +35,14 @@ class TrainCheckpointer:
         step = self.manager.latest_step()
         if step is None:
             return state, 0
-        abstract = jax.tree_util.tree_map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
-        )
+        abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
         restored = self.manager.restore(
             step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
         )
         if restored.meta["data_position"] != step:
-            raise ValueError(f"checkpoint {step} in {self.directory} has data position {restored.meta['data_position']}")
+            raise ValueError(
+                f"checkpoint {step} in {self.directory} has data position {restored.meta['data_position']}"
+            )
         return restored.state, step
 
     def _args(self, step, state):
@@ -51,8 +51,10 @@ class TrainCheckpointer:
         )
 
     def maybe_save(self, step: int, state) -> None:
-        """Save when `step` is a multiple of the save interval (orbax decides)."""
-        self.manager.save(step, args=self._args(step, state))
+        """Save (asynchronously) when `step` is a multiple of the interval. Decided here: orbax's
+        own policy would also save the very first step it sees."""
+        if step % self.every == 0:
+            self.manager.save(step, args=self._args(step, state))
 
     def save(self, step: int, state, force: bool = True) -> None:
         if self.manager.latest_step() == step:
@@ -63,3 +65,15 @@ class TrainCheckpointer:
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def restore_on_one_device(path: str, item: str | None = None):
+    """A saved tree (e.g. MODEL_DIR/checkpoints/<step>/state) restored whole onto this process's
+    first device, whatever topology saved it (for inspection, export and tests)."""
+    checkpointer = ocp.StandardCheckpointer()
+    metadata = checkpointer.metadata(path)
+    tree = getattr(metadata, "item_metadata", metadata)
+    tree = getattr(tree, "tree", tree)
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), tree)
+    return checkpointer.restore(path, target)

@@ -1,8 +1,8 @@
 """The training input pipeline: a seqio task or mixture -> per-host batches of model features.
 
 Order is a deterministic function of the seed: a task's tokenised examples are cached in
-memory, fully shuffled each epoch from the seed, split between hosts (`shard_index` of
-`num_shards`: host h takes every num_shards-th example of the same global order), and batched.
+memory, fully shuffled each epoch from the seed, and batched into global batches of which host h
+(`shard_index` of `num_shards`) keeps rows [h·b, (h+1)·b).
 The position in the stream is the number of batches consumed, so a resumed run calls this with
 `start_batch=step` and sees exactly the batches it would have seen (`.skip` replays the cheap
 shuffle/batch steps over the cached examples, not the tokenisation).
@@ -56,8 +56,13 @@ def train_dataset(
                 f"task {name}/{split} has {count} examples, fewer than one global batch ({batch_size} x {num_shards})"
             )
         ds = ds.shuffle(count, seed=seed, reshuffle_each_iteration=True).repeat()
-    ds = ds.shard(num_shards, shard_index).batch(batch_size, drop_remainder=True)
-    return ds.skip(start_batch).prefetch(tf.data.AUTOTUNE)
+    # Every host forms the same global batch and keeps its contiguous block of rows, so the global
+    # batch (rows in order) is identical whatever the number of hosts.
+    ds = ds.batch(batch_size * num_shards, drop_remainder=True).skip(start_batch)
+    if num_shards > 1:
+        lo, hi = shard_index * batch_size, (shard_index + 1) * batch_size
+        ds = ds.map(lambda batch: {k: v[lo:hi] for k, v in batch.items()})
+    return ds.prefetch(tf.data.AUTOTUNE)
 
 
 def encode_texts(vocabulary, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,131 @@
+"""One real training step: 1 device vs 8, and GradCache vs the plain step (values and memory)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from samtone_jax import gin_utils, grad_cache, partitioning, train
+from samtone_jax.encoding import encode_batch
+
+
+def _batch(batch=16, k=0, seed=0, vocab=97):
+    rng = np.random.RandomState(seed)
+    out = {
+        "query_tokens": rng.randint(2, vocab, size=(batch, 7)).astype(np.int32),
+        "doc_tokens": rng.randint(2, vocab, size=(batch, 11)).astype(np.int32),
+        "query_id": rng.randint(0, 10, size=batch).astype(np.int64),  # duplicates to mask
+        "doc_id": rng.randint(0, 10, size=batch).astype(np.int64),
+    }
+    out["query_tokens"][:, 5:] = 0
+    if k:
+        out["negative_tokens"] = rng.randint(2, vocab, size=(batch, k, 11)).astype(np.int32)
+        out["negative_ids"] = rng.randint(0, 10, size=(batch, k)).astype(np.int64)
+    return train.model_features(out)
+
+
+@pytest.fixture
+def gin_tiny():
+    gin_utils.parse(
+        ["models/t5_1_1_tiny.gin", "architectures/ade_spl.gin", "losses/samtone_both.gin"],
+        ["VOCAB_SIZE = 97", "DROPOUT_RATE = 0.1", "PROJECTION_DIM = 16", "TEMPERATURE = 0.05"],
+    )
+    return gin_utils.model()
+
+
+def _one_step(model, mesh, batch, chunk=None):
+    tx, schedule = train.adafactor(learning_rate=1e-2, train_steps=10)
+    state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
+    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk))
+    new_state, metrics = step(state, partitioning.host_to_global(mesh, batch))
+    return jax.device_get(new_state["params"]), jax.device_get(metrics)
+
+
+def test_one_device_and_eight_devices_take_the_same_step(gin_tiny):
+    if jax.device_count() < 8:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    batch = _batch(k=2)
+    p1, m1 = _one_step(gin_tiny, partitioning.create_mesh(devices=jax.devices()[:1]), batch)
+    p8, m8 = _one_step(gin_tiny, partitioning.create_mesh(), batch)
+    np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)
+    assert m1["masked_fraction"] > 0 and np.isfinite(m1["loss"])
+    for a, b in zip(jax.tree_util.tree_leaves(p8), jax.tree_util.tree_leaves(p1), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # and the step changed the parameters
+    init = jax.device_get(nn.unbox(train.init_params(gin_tiny, jax.random.PRNGKey(0))))
+    moved = max(
+        float(np.abs(a - b).max())
+        for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(init), strict=True)
+    )
+    assert moved > 1e-4
+
+
+def _grads(model, mesh, batch, chunk):
+    params = jax.device_get(nn.unbox(train.init_params(model, jax.random.PRNGKey(0))))
+    batch = partitioning.host_to_global(mesh, batch)
+    rng = jax.random.PRNGKey(7)
+    shards = mesh.shape["data"]
+
+    def run(params, batch):
+        loss_fn = train.make_loss_on_embeddings(model, mesh, batch)
+        if chunk:
+            return grad_cache.loss_and_grads(model, params, batch, rng, loss_fn, chunk, shards)
+        return jax.value_and_grad(lambda p: loss_fn(p, *encode_batch(model, p, batch, rng)), has_aux=True)(params)
+
+    return jax.jit(run), params, batch
+
+
+@pytest.mark.parametrize("devices", [1, 8])
+def test_grad_cache_equals_the_plain_step_with_dropout(gin_tiny, devices):
+    if jax.device_count() < devices:
+        pytest.skip("needs 8 devices")
+    mesh = partitioning.create_mesh(devices=jax.devices()[:devices])
+    model = dataclasses.replace(gin_tiny, learnable_temperature=0.05)  # a parameter the loss reads
+    batch = _batch(batch=32, k=1)
+    plain, params, global_batch = _grads(model, mesh, batch, None)
+    cached, _, _ = _grads(model, mesh, batch, 2)
+    (l1, m1), g1 = jax.device_get(plain(params, global_batch))
+    (l2, m2), g2 = jax.device_get(cached(params, global_batch))
+    np.testing.assert_allclose(l2, l1, rtol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(g2), jax.tree_util.tree_leaves(g1), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-6)
+    assert abs(float(g1["log_temperature"])) > 0
+    # Dropout is really on: a different step key changes the loss.
+    no_dropout = dataclasses.replace(model, config=dataclasses.replace(model.config, dropout_rate=0.0))
+    plain0, _, _ = _grads(no_dropout, mesh, batch, None)
+    assert abs(float(jax.device_get(plain0(params, global_batch))[0][0]) - float(l1)) > 1e-4
+
+
+def test_grad_cache_memory_is_flat_in_the_batch(gin_tiny):
+    mesh = partitioning.create_mesh(devices=jax.devices()[:1])
+    model = dataclasses.replace(gin_tiny, config=dataclasses.replace(gin_tiny.config, num_layers=2))
+    chunk = 16
+    batch = _batch(batch=8 * chunk)
+    temp = {}
+    for name, c in (("plain", None), ("cached", chunk)):
+        fn, params, global_batch = _grads(model, mesh, batch, c)
+        temp[name] = fn.lower(params, global_batch).compile().memory_analysis().temp_size_in_bytes
+    assert temp["cached"] < temp["plain"] / 3, temp
+
+
+def test_chunk_size_that_does_not_divide_is_a_clear_error(gin_tiny):
+    mesh = partitioning.create_mesh(devices=jax.devices()[:1])
+    fn, params, batch = _grads(gin_tiny, mesh, _batch(batch=12), 5)
+    with pytest.raises(ValueError, match="GRAD_CACHE_CHUNK_SIZE=5 must divide the per-device rows of query_tokens"):
+        fn(params, batch)
+
+
+def test_fold_ids_keeps_equality():
+    ids = np.array([2**40 + 5, 2**40 + 5, 7, -3, 2**63 - 1], np.int64)
+    folded = train.fold_ids(ids)
+    assert folded.dtype == np.int32
+    assert folded[0] == folded[1] and len(set(folded.tolist())) == 4
+
+
+def test_mesh_that_does_not_divide_the_devices_is_reported():
+    with pytest.raises(ValueError, match="num_partitions=3 must divide the 8 devices"):
+        partitioning.create_mesh(num_partitions=3, devices=[jax.devices()[0]] * 8)
