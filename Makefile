@@ -26,7 +26,7 @@ wordnet:
 test: venv
 	$(PY) -m pytest -q tests
 
-demo: venv
+demo: venv wordnet
 	$(PY) -m samtone_jax.cli demo
 
 lint: venv

@@ -1,84 +1,104 @@
-"""`make demo`: the embedded default run.
+"""`make demo`: train a tiny T5.1.1 SDE with SamToNe on WordNet and measure retrieval, on the CPU.
 
-Until the training loop lands, the demo exercises the model path end to end on the CPU: it
-trains a small SentencePiece vocabulary on the sentences below, builds the tiny T5.1.1 SDE from
-gin (`models/t5_1_1_tiny.gin`), encodes queries and documents, and prints the cosine matrix and
-each query's top-1 document. The model is randomly initialised, so the ranking is not
-meaningful yet; the shapes, normalisation and determinism are.
+  1. a SentencePiece vocabulary built from WordNet's training text (runs/demo/vocab.model);
+  2. `samtone train` with gin_configs/runs/demo_cpu.gin (bidirectional query-side SamToNe);
+  3. held-out example sentences (senses never seen in training) retrieve their definition among
+     all 117,659 WordNet definitions: P@1 and MRR of the trained model, the same model untrained,
+     and BM25 (bm25s), written to runs/demo/eval.json.
+
+Everything lands in runs/demo/ (TensorBoard events in train/, checkpoints/, config.gin). A second
+`make demo` resumes the finished run and only re-evaluates; delete runs/demo to start again.
 """
 
 from __future__ import annotations
 
-import io
+import json
+import logging
+import os
 import time
 
+import flax.linen as nn
 import jax
-import jax.numpy as jnp
-import numpy as np
-import sentencepiece as spm
 
-QUERIES = [
-    "what does a dual encoder compute",
-    "why add same tower negatives to the loss",
-    "which optimizer trains t5 models",
-    "how are padding tokens handled in pooling",
-]
-DOCUMENTS = [
-    "A dual encoder maps a query and a document to vectors and scores them by cosine similarity.",
-    "Same-tower negatives add query-query similarities to the softmax denominator.",
-    "T5 models are trained with the Adafactor optimizer and a decaying learning rate.",
-    "Mean pooling averages the hidden states of the non-padding tokens only.",
-]
+DEMO_GIN = "runs/demo_cpu.gin"
+MODEL_DIR = os.environ.get("SAMTONE_DEMO_DIR", "runs/demo")
+EVAL_QUERIES = 2000
 
 
-def train_vocabulary(texts: list[str], vocab_size: int = 128) -> spm.SentencePieceProcessor:
-    """A deterministic unigram SentencePiece model trained in memory (pad 0, eos 1, unk 2, as T5)."""
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts),
-        model_writer=model,
-        vocab_size=vocab_size,
-        hard_vocab_limit=False,
-        pad_id=0,
-        eos_id=1,
-        unk_id=2,
-        bos_id=-1,
-        num_threads=1,
-        minloglevel=2,
-    )
-    return spm.SentencePieceProcessor(model_proto=model.getvalue())
+def _held_out_queries(collection, count: int) -> list[str]:
+    """A fixed, evenly spaced sample of the test split's query ids."""
+    ids = sorted(collection.queries)
+    step = max(1, len(ids) // count)
+    return ids[::step][:count]
 
 
-def tokenize(vocab: spm.SentencePieceProcessor, texts: list[str], length: int) -> np.ndarray:
-    """[N, length] int32 ids with EOS, zero-padded and truncated (T5 convention)."""
-    out = np.zeros((len(texts), length), np.int32)
-    for i, text in enumerate(texts):
-        ids = (vocab.encode(text) + [vocab.eos_id()])[:length]
-        out[i, : len(ids)] = ids
-    return out
+def _bm25_run(query_ids, queries, doc_ids, corpus, k):
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
+    results, scores = retriever.retrieve(bm25s.tokenize(queries, stopwords="en", show_progress=False), k=k,
+                                         show_progress=False, n_threads=1)  # fmt: skip
+    return {q: {doc_ids[j]: float(s) for j, s in zip(row, srow, strict=True)}
+            for q, row, srow in zip(query_ids, results, scores, strict=True)}  # fmt: skip
 
 
-def main(gin_files=(), bindings=()) -> int:
-    from samtone_jax import gin_utils
+def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_limit: int | None = None) -> int:
+    """The demo; `eval_queries` / `corpus_limit` shrink the evaluation (tests), the gold
+    definitions of the evaluated queries always staying in the corpus."""
+    from samtone_jax import gin_utils, tasks, train
+    from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+    from samtone_jax.data import vocab as vocab_lib
+    from samtone_jax.evaluation import metrics, search
+    from samtone_jax.evaluation.encode import encode_texts
     from samtone_jax.models import init_params
 
     start = time.time()
-    vocab = train_vocabulary(QUERIES + DOCUMENTS)
-    gin_utils.parse(
-        ["models/t5_1_1_tiny.gin", "architectures/sde.gin", *gin_files],
-        [f"VOCAB_SIZE = {vocab.get_piece_size()}", *bindings],
-    )
+    model_dir = MODEL_DIR
+    vocab_path = os.path.join(model_dir, "vocab.model")
+    run_bindings = [f"MODEL_DIR = '{model_dir}'", f"VOCABULARY = '{vocab_path}'", *bindings]
+    gin_utils.parse([DEMO_GIN, *gin_files], run_bindings)  # fail on a bad binding before any work
+    if not os.path.exists(vocab_path):
+        training = tasks.load("wordnet_definitions", "train")
+        texts = [training.queries[k] for k in sorted(training.queries)]
+        texts += [training.corpus[k] for k in sorted(training.corpus)]
+        vocab_lib.train_sentencepiece(texts, 8000, vocab_path)
+        print(f"[{time.time() - start:5.0f}s] built {vocab_path} from {len(texts):,} WordNet texts")
+    print(f"[{time.time() - start:5.0f}s] training (TensorBoard: {model_dir}/train)")
+    train.train()
+
+    # Evaluation: held-out example sentences against every definition.
     model = gin_utils.model()
-    params = init_params(model, jax.random.PRNGKey(0))
-    q = model.apply({"params": params}, jnp.asarray(tokenize(vocab, QUERIES, 32)), method=model.encode_queries)
-    d = model.apply({"params": params}, jnp.asarray(tokenize(vocab, DOCUMENTS, 64)), method=model.encode_documents)
-    scores = np.asarray(q @ d.T)
-    n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
-    print(f"tiny T5.1.1 {model.architecture.upper()}: {n_params:,} parameters, vocabulary {vocab.get_piece_size()}")
-    print(f"embeddings: queries {q.shape}, documents {d.shape}, norms {np.linalg.norm(np.asarray(q), axis=1).round(4)}")
-    print("cosine(query, document) of the untrained model:")
-    print(np.array2string(scores, precision=3, suppress_small=True))
-    for text, row in zip(QUERIES, scores, strict=True):
-        print(f"  {text!r} -> {DOCUMENTS[int(row.argmax())][:60]!r}")
-    print(f"done in {time.time() - start:.1f}s (random weights; training arrives with `samtone train`)")
+    checkpoints = os.path.join(model_dir, "checkpoints")
+    last = max(int(d) for d in os.listdir(checkpoints) if d.isdigit())
+    trained = restore_on_one_device(os.path.join(checkpoints, str(last), "state"))["params"]
+    untrained = nn.unbox(init_params(model, jax.random.PRNGKey(0)))
+    test = tasks.load("wordnet_definitions", "test")
+    query_ids = _held_out_queries(test, eval_queries)
+    queries = [test.queries[q] for q in query_ids]
+    doc_ids = sorted(test.corpus)
+    if corpus_limit is not None:
+        gold = {d for q in query_ids for d in test.qrels[q]}
+        doc_ids = sorted(gold | set(doc_ids[:corpus_limit]))
+    corpus = [test.corpus[d] for d in doc_ids]
+    vocabulary = vocab_lib.vocabulary(vocab_path)
+    results = {}
+    for name, params in (("trained", trained), ("untrained", untrained)):
+        q = encode_texts(model, params, vocabulary, queries, 32, "query")
+        d = encode_texts(model, params, vocabulary, corpus, 48, "document")
+        scores, indices = search.exact_top_k(q, d, k=100)
+        results[f"T5.1.1 mini SDE, {name}"] = metrics.evaluate(
+            test.qrels, metrics.run_from_top_k(query_ids, doc_ids, scores, indices)
+        )
+        print(f"[{time.time() - start:5.0f}s] evaluated the {name} model")
+    results["BM25 (bm25s)"] = metrics.evaluate(test.qrels, _bm25_run(query_ids, queries, doc_ids, corpus, 100))
+
+    print(f"\nheld-out WordNet examples -> definition among all {len(corpus):,} definitions ({len(queries):,} queries)")
+    print(f"{'system':34s} {'P@1':>7s} {'MRR':>7s} {'R@10':>7s}")
+    for name, m in results.items():
+        print(f"{name:34s} {m['P@1']:7.3f} {m['RR']:7.3f} {m['R@10']:7.3f}")
+    with open(os.path.join(model_dir, "eval.json"), "w") as f:
+        json.dump({"queries": len(queries), "corpus": len(corpus), "step": last, "results": results}, f, indent=2)
+    print(f"\ndone in {time.time() - start:.0f}s; results in {model_dir}/eval.json")
     return 0

@@ -187,6 +187,8 @@ def train(
             f"BATCH_SIZE={batch_size} must be divisible by the {mesh.shape['data']} data-parallel devices "
             f"of the {hosts} host(s)"
         )
+    if "://" not in model_dir:  # orbax needs absolute local paths
+        model_dir = os.path.abspath(model_dir)
     os.makedirs(model_dir, exist_ok=True)
     if host == 0:
         with open(os.path.join(model_dir, "config.gin"), "w") as f:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import jax
@@ -93,11 +94,30 @@ def test_failed_import_leaves_nothing_behind(tmp_path, capsys):
     assert os.listdir(tmp_path) == []
 
 
-def test_t5x_style_entry_point_and_demo(capsys):
-    assert main_module.main(["--run_mode=demo"]) == 0
-    out = capsys.readouterr().out
-    assert "tiny T5.1.1 SDE" in out and "norms [1. 1. 1. 1.]" in out
+def test_t5x_style_entry_point_routes_to_the_modes(capsys):
     assert main_module.main([]) == 2
+    argv = ["--run_mode=train", "--gin_file=models/t5_1_1_tiny.gin", "--gin_file=runs/finetune_multireqa.gin"]
+    assert main_module.main(argv) == 2
+    assert "MODEL_DIR" in capsys.readouterr().err  # the train mode ran and named the missing macro
+
+
+def test_demo_end_to_end_at_test_size(tmp_path, monkeypatch, capsys):
+    from samtone_jax import demo
+    from samtone_jax.data import wordnet
+
+    if not os.path.exists(os.path.join(wordnet.DEFAULT_DIR, "data.noun")):
+        pytest.skip(f"{wordnet.DEFAULT_DIR} absent: apt-get install wordnet-base (make wordnet)")
+    monkeypatch.setattr(demo, "MODEL_DIR", str(tmp_path / "demo"))
+    monkeypatch.delenv("WORDNET_DIR", raising=False)
+    bindings = ["TRAIN_STEPS = 4", "BATCH_SIZE = 8", "train.log_every = 2", "train.checkpoint_every = 2"]
+    assert demo.main((), bindings, eval_queries=20, corpus_limit=200) == 0
+    out = capsys.readouterr().out
+    assert "step 4/4" in out and "BM25 (bm25s)" in out
+    results = json.load(open(tmp_path / "demo" / "eval.json"))
+    assert results["step"] == 4 and results["queries"] == 20 and 200 <= results["corpus"] <= 220
+    for system in results["results"].values():
+        assert 0.0 <= system["P@1"] <= system["RR"] <= 1.0
+    assert (tmp_path / "demo" / "vocab.model").exists() and (tmp_path / "demo" / "train").is_dir()
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ replays to it (samtone_jax/data/pipeline.py). All processes must call save/resto
 from __future__ import annotations
 
 import logging
+import os
 
 import jax
 import orbax.checkpoint as ocp
@@ -70,6 +71,8 @@ class TrainCheckpointer:
 def restore_on_one_device(path: str, item: str | None = None):
     """A saved tree (e.g. MODEL_DIR/checkpoints/<step>/state) restored whole onto this process's
     first device, whatever topology saved it (for inspection, export and tests)."""
+    if "://" not in path:
+        path = os.path.abspath(path)
     checkpointer = ocp.StandardCheckpointer()
     metadata = checkpointer.metadata(path)
     tree = getattr(metadata, "item_metadata", metadata)

@@ -1,0 +1,1 @@
+"""Retrieval evaluation: exact top-k search and ranking metrics (ir-measures)."""

@@ -1,0 +1,23 @@
+"""Ranking metrics through ir-measures, from a run {query id: {doc id: score}}."""
+
+from __future__ import annotations
+
+import ir_measures
+from ir_measures import RR, P, R, nDCG
+
+DEFAULT_MEASURES = (P @ 1, RR, RR @ 10, R @ 1, R @ 5, R @ 10, R @ 100, nDCG @ 10)
+
+
+def run_from_top_k(query_ids, doc_ids, scores, indices) -> dict[str, dict[str, float]]:
+    """A TREC-style run from exact_top_k's output (indices into doc_ids)."""
+    return {
+        q: {doc_ids[j]: float(s) for s, j in zip(row_scores, row_ids, strict=True) if j >= 0}
+        for q, row_scores, row_ids in zip(query_ids, scores, indices, strict=True)
+    }
+
+
+def evaluate(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], measures=DEFAULT_MEASURES):
+    """{measure name: mean over the queries of `run`}; a query with no relevant document is skipped
+    by ir-measures, as by trec_eval."""
+    qrels = {q: {d: int(r) for d, r in docs.items()} for q, docs in qrels.items() if q in run}
+    return {str(m): float(v) for m, v in ir_measures.calc_aggregate(list(measures), qrels, run).items()}
