@@ -227,6 +227,9 @@ def train(
         else:
             checkpointer.save(train_steps, state, force=True)
         metrics = progress.last
+        if host == 0:  # what the run actually used, as T5X writes it
+            with open(os.path.join(model_dir, "operative_config.gin"), "w") as f:
+                f.write(gin.operative_config_str())
     finally:
         checkpointer.close()
         progress.close()

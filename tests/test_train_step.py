@@ -129,3 +129,40 @@ def test_fold_ids_keeps_equality():
 def test_mesh_that_does_not_divide_the_devices_is_reported():
     with pytest.raises(ValueError, match="num_partitions=3 must divide the 8 devices"):
         partitioning.create_mesh(num_partitions=3, devices=[jax.devices()[0]] * 8)
+
+
+def test_init_checkpoint_provides_the_starting_parameters(gin_tiny, tmp_path):
+    from samtone_jax.checkpoints import save_params
+
+    mesh = partitioning.create_mesh(devices=jax.devices()[:1])
+    tx, _ = train.adafactor(train_steps=10)
+    source = jax.device_get(nn.unbox(train.init_params(gin_tiny, jax.random.PRNGKey(5))))
+    save_params(str(tmp_path / "init"), source, "")
+    state = train.initial_state(gin_tiny, tx, mesh, seed=0, init_checkpoint=str(tmp_path / "init"))
+    fresh = train.initial_state(gin_tiny, tx, mesh, seed=0, init_checkpoint=None)
+    for a, b in zip(jax.tree_util.tree_leaves(state["params"]), jax.tree_util.tree_leaves(source), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), b)
+    assert any(
+        not np.array_equal(np.asarray(a), np.asarray(c))
+        for a, c in zip(
+            jax.tree_util.tree_leaves(state["params"]), jax.tree_util.tree_leaves(fresh["params"]), strict=True
+        )
+    )
+
+
+def test_non_finite_loss_stops_with_the_step_range_and_last_checkpoint(tmp_path):
+    from samtone_jax.train_logging import NonFiniteLossError, ProgressLogger
+
+    class Checkpoints:
+        directory = "/runs/x/checkpoints"
+
+        def latest_step(self):
+            return 200
+
+    progress = ProgressLogger(str(tmp_path), 1000, 8, 10, Checkpoints())
+    for step in range(201, 210):
+        progress.record(step, {"loss": np.float32(1.0), "accuracy": np.float32(0.5)})
+    with pytest.raises(NonFiniteLossError, match=r"nan at step 210 \(checked steps 201\.\.210\).*step 200 in /runs/x"):
+        progress.record(210, {"loss": np.float32("nan"), "accuracy": np.float32(0.5)})
+    progress.pending = []
+    progress.close()
