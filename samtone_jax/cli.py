@@ -36,6 +36,7 @@ def _add_gin_flags(parser: argparse.ArgumentParser) -> None:
 
 def _cmd_import_checkpoint(args, bindings) -> int:
     import gin
+    import jax
 
     from samtone_jax import gin_utils
     from samtone_jax.checkpoints import import_params, save_params
@@ -44,7 +45,7 @@ def _cmd_import_checkpoint(args, bindings) -> int:
     model = gin_utils.model()
     params, info = import_params(args.format, args.src, model, seed=args.seed)
     out = save_params(args.dst, params, gin.config_str(), info, overwrite=args.overwrite)
-    n = sum(x.size for x in __import__("jax").tree_util.tree_leaves(params))
+    n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     print(
         f"imported {info['variables_used']} variables ({n:,} parameters, architecture "
         f"{model.architecture}) from {args.src} -> {out}; "

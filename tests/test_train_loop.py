@@ -223,16 +223,14 @@ def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, monkeypatch, data
 
 def _losses_and_acc(model_dir):
     """(loss, accuracy) per logged step, read back from the TensorBoard events."""
+    import tensorflow as tf
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(os.path.join(model_dir, "train"))
     events.Reload()
     tag = {t.split("/")[-1]: t for t in events.Tags()["tensors"]}
-    loss = [
-        float(np.asarray(__import__("tensorflow").make_ndarray(e.tensor_proto))) for e in events.Tensors(tag["loss"])
-    ]
-    acc = [
-        float(np.asarray(__import__("tensorflow").make_ndarray(e.tensor_proto)))
-        for e in events.Tensors(tag["accuracy"])
-    ]
-    return list(zip(loss, acc, strict=True))
+
+    def series(name):
+        return [float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors(tag[name])]
+
+    return list(zip(series("loss"), series("accuracy"), strict=True))
