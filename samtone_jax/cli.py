@@ -79,6 +79,15 @@ def _cmd_train(args, bindings) -> int:
     return 0
 
 
+def _cmd_eval(args, bindings) -> int:
+    from samtone_jax import gin_utils
+    from samtone_jax.evaluation import run
+
+    gin_utils.parse(args.gin_file, args.gin_bindings + bindings)
+    run.evaluate()
+    return 0
+
+
 def _cmd_demo(args, bindings) -> int:
     from samtone_jax import demo
 
@@ -150,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--process_id", type=int, default=None)
     p.add_argument("--num_cpu_devices", type=int, default=None, help="CPU devices per process (testing)")
     p.set_defaults(run=_cmd_train)
+
+    p = sub.add_parser("eval", help="retrieval metrics of a trained model (gin: evaluate.*)")
+    _add_gin_flags(p)
+    p.set_defaults(run=_cmd_eval)
 
     p = sub.add_parser("build-vocab", help="train a SentencePiece vocabulary on a task's text")
     _task_flags(p)

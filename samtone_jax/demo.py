@@ -50,8 +50,8 @@ def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_lim
     from samtone_jax import gin_utils, tasks, train
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
     from samtone_jax.data import vocab as vocab_lib
-    from samtone_jax.evaluation import metrics, search
-    from samtone_jax.evaluation.encode import encode_texts
+    from samtone_jax.evaluation import metrics
+    from samtone_jax.evaluation.run import dense_run
     from samtone_jax.models import init_params
 
     start = time.time()
@@ -76,25 +76,22 @@ def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_lim
     untrained = nn.unbox(init_params(model, jax.random.PRNGKey(0)))
     test = tasks.load("wordnet_definitions", "test")
     query_ids = _held_out_queries(test, eval_queries)
-    queries = [test.queries[q] for q in query_ids]
     doc_ids = sorted(test.corpus)
     if corpus_limit is not None:
         gold = {d for q in query_ids for d in test.qrels[q]}
         doc_ids = sorted(gold | set(doc_ids[:corpus_limit]))
-    corpus = [test.corpus[d] for d in doc_ids]
+    queries = {q: test.queries[q] for q in query_ids}
+    corpus = {d: test.corpus[d] for d in doc_ids}
     vocabulary = vocab_lib.vocabulary(vocab_path)
     results = {}
     for name, params in (("trained", trained), ("untrained", untrained)):
-        q = encode_texts(model, params, vocabulary, queries, 32, "query")
-        d = encode_texts(model, params, vocabulary, corpus, 48, "document")
-        scores, indices = search.exact_top_k(q, d, k=100)
-        results[f"T5.1.1 mini SDE, {name}"] = metrics.evaluate(
-            test.qrels, metrics.run_from_top_k(query_ids, doc_ids, scores, indices)
-        )
+        run = dense_run(model, params, vocabulary, queries, corpus, query_length=32, doc_length=48, k=100)
+        results[f"T5.1.1 mini SDE, {name}"] = metrics.evaluate(test.qrels, run)
         print(f"[{time.time() - start:5.0f}s] evaluated the {name} model")
-    results["BM25 (bm25s)"] = metrics.evaluate(test.qrels, _bm25_run(query_ids, queries, doc_ids, corpus, 100))
+    bm25 = _bm25_run(query_ids, [queries[q] for q in query_ids], doc_ids, [corpus[d] for d in doc_ids], 100)
+    results["BM25 (bm25s)"] = metrics.evaluate(test.qrels, bm25)
 
-    print(f"\nheld-out WordNet examples -> definition among all {len(corpus):,} definitions ({len(queries):,} queries)")
+    print(f"\nheld-out WordNet examples -> definition among {len(corpus):,} definitions ({len(queries):,} queries)")
     print(f"{'system':34s} {'P@1':>7s} {'MRR':>7s} {'R@10':>7s}")
     for name, m in results.items():
         print(f"{name:34s} {m['P@1']:7.3f} {m['RR']:7.3f} {m['R@10']:7.3f}")

@@ -71,3 +71,50 @@ def test_run_from_top_k_maps_indices_to_ids():
         ["a", "b"], ["d0", "d1", "d2"], np.array([[3.0, 1.0], [2.0, 0.5]]), np.array([[2, 0], [1, -1]])
     )
     assert run == {"a": {"d2": 3.0, "d0": 1.0}, "b": {"d1": 2.0}}
+
+
+def test_eval_command_on_real_squad_dev_is_fast_near_chance_and_consistent(tmp_path, monkeypatch, data_dir, capsys):
+    """A 1-step tiny model: all 10,570 questions against all 10,642 sentences, under 2 minutes;
+    the written TREC run, re-scored by ir-measures itself, gives the JSON's numbers."""
+    import json
+    import time
+
+    import ir_measures
+    from conftest import require_shared
+
+    from samtone_jax import cli, tasks
+    from samtone_jax.data import vocab as vocab_lib
+
+    require_shared("multireqa_squad_dev/questions.jsonl")
+    monkeypatch.setenv("SAMTONE_DATA_DIR", str(data_dir))
+    collection = tasks.load("multireqa_squad_dev", "all")
+    vocab_path = tmp_path / "vocab.model"
+    vocab_lib.train_sentencepiece(
+        sorted(collection.queries.values()) + sorted(collection.corpus.values()), 2000, str(vocab_path)
+    )
+    common = [
+        "--gin_file=models/t5_1_1_tiny.gin", "--gin_file=architectures/sde.gin", "--gin_file=losses/bidirectional.gin",
+        "--gin.VOCAB_SIZE=2000", f"--gin.MODEL_DIR='{tmp_path / 'run'}'", f"--gin.VOCABULARY='{vocab_path}'",
+    ]  # fmt: skip
+    train_flags = [
+        "--gin.train.model_dir=%MODEL_DIR", "--gin.train.task='multireqa_squad_dev'", "--gin.train.split='train'",
+        "--gin.train.train_steps=1", "--gin.train.batch_size=8", "--gin.train.vocabulary=%VOCABULARY",
+    ]  # fmt: skip
+    assert cli.main(["train", *common, *train_flags]) == 0
+    eval_flags = [
+        "--gin.evaluate.model_dir=%MODEL_DIR", "--gin.evaluate.task='multireqa_squad_dev'",
+        "--gin.evaluate.split='all'",
+        "--gin.evaluate.vocabulary=%VOCABULARY", "--gin.evaluate.query_length=32", "--gin.evaluate.doc_length=64",
+    ]  # fmt: skip
+    start = time.time()
+    assert cli.main(["eval", *common, *eval_flags]) == 0
+    elapsed = time.time() - start
+    assert elapsed < 120, elapsed
+    saved = json.load(open(tmp_path / "run" / "eval" / "multireqa_squad_dev_all_step1.json"))
+    assert saved["queries"] == 10570 and saved["corpus"] == 10642
+    assert saved["metrics"]["P@1"] < 0.05  # an (almost) untrained model is near chance
+    run = ir_measures.read_trec_run(str(tmp_path / "run" / "eval" / "multireqa_squad_dev_all_step1.trec"))
+    theirs = ir_measures.calc_aggregate([ir_measures.P @ 1, ir_measures.RR], collection.qrels, run)
+    assert theirs[ir_measures.P @ 1] == pytest.approx(saved["metrics"]["P@1"])
+    assert theirs[ir_measures.RR] == pytest.approx(saved["metrics"]["RR"])
+    assert "P@1" in capsys.readouterr().out
