@@ -39,3 +39,29 @@ def tiny_config():
     from samtone_jax.models import T5Config
 
     return T5Config(vocab_size=97, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=64, num_layers=2)
+
+
+@pytest.fixture
+def squad_dev(monkeypatch, tmp_path_factory):
+    """The real rebuilt SQuAD dev task (skips when absent): SAMTONE_DATA_DIR set for the test, and
+    a 2,000-piece SentencePiece vocabulary trained once per session on all its text."""
+    require_shared("multireqa_squad_dev/questions.jsonl")
+    monkeypatch.setenv("SAMTONE_DATA_DIR", str(shared_data_dir()))
+    return _squad_dev_vocab(tmp_path_factory)
+
+
+_SQUAD_VOCAB: list = []
+
+
+def _squad_dev_vocab(tmp_path_factory):
+    if not _SQUAD_VOCAB:
+        from samtone_jax import tasks
+        from samtone_jax.data import vocab as vocab_lib
+
+        collection = tasks.load("multireqa_squad_dev", "all")
+        path = tmp_path_factory.mktemp("squad_vocab") / "vocab.model"
+        vocab_lib.train_sentencepiece(
+            sorted(collection.queries.values()) + sorted(collection.corpus.values()), 2000, str(path)
+        )
+        _SQUAD_VOCAB.append(path)
+    return _SQUAD_VOCAB[0]

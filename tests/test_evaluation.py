@@ -73,25 +73,18 @@ def test_run_from_top_k_maps_indices_to_ids():
     assert run == {"a": {"d2": 3.0, "d0": 1.0}, "b": {"d1": 2.0}}
 
 
-def test_eval_command_on_real_squad_dev_is_fast_near_chance_and_consistent(tmp_path, monkeypatch, data_dir, capsys):
+def test_eval_command_on_real_squad_dev_is_fast_near_chance_and_consistent(tmp_path, squad_dev, capsys):
     """A 1-step tiny model: all 10,570 questions against all 10,642 sentences, under 2 minutes;
     the written TREC run, re-scored by ir-measures itself, gives the JSON's numbers."""
     import json
     import time
 
     import ir_measures
-    from conftest import require_shared
 
     from samtone_jax import cli, tasks
-    from samtone_jax.data import vocab as vocab_lib
 
-    require_shared("multireqa_squad_dev/questions.jsonl")
-    monkeypatch.setenv("SAMTONE_DATA_DIR", str(data_dir))
     collection = tasks.load("multireqa_squad_dev", "all")
-    vocab_path = tmp_path / "vocab.model"
-    vocab_lib.train_sentencepiece(
-        sorted(collection.queries.values()) + sorted(collection.corpus.values()), 2000, str(vocab_path)
-    )
+    vocab_path = squad_dev
     common = [
         "--gin_file=models/t5_1_1_tiny.gin", "--gin_file=architectures/sde.gin", "--gin_file=losses/bidirectional.gin",
         "--gin.VOCAB_SIZE=2000", f"--gin.MODEL_DIR='{tmp_path / 'run'}'", f"--gin.VOCABULARY='{vocab_path}'",

@@ -13,11 +13,10 @@ import time
 
 import numpy as np
 import pytest
-from conftest import require_shared
 from test_data_pipeline import MORE_SENSES
 from test_data_readers import write_wordnet
 
-from samtone_jax import gin_utils, tasks, train
+from samtone_jax import gin_utils, train
 from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data import wordnet
@@ -196,14 +195,8 @@ def test_missing_macro_and_gin_typo_fail_before_compilation(capsys):
     assert "train.batchsize" in capsys.readouterr().err
 
 
-def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, monkeypatch, data_dir):
-    require_shared("multireqa_squad_dev/questions.jsonl")
-    monkeypatch.setenv("SAMTONE_DATA_DIR", str(data_dir))
-    collection = tasks.load("multireqa_squad_dev", "train")
-    vocab_path = tmp_path / "vocab.model"
-    vocab_lib.train_sentencepiece(
-        sorted(collection.queries.values()) + sorted(collection.corpus.values()), 2000, str(vocab_path)
-    )
+def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, squad_dev):
+    vocab_path = squad_dev
     gin_utils.parse(
         ["models/t5_1_1_tiny.gin", "architectures/sde.gin", "losses/samtone_query.gin"],
         [
