@@ -68,8 +68,7 @@ def main():
     parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()
     if not os.path.exists(args.vocab):
-        c = tasks.load("wordnet_definitions", "train")
-        vocab_lib.train_sentencepiece(sorted(c.queries.values()) + sorted(c.corpus.values()), 8000, args.vocab)
+        vocab_lib.train_sentencepiece(tasks.load("wordnet_definitions", "train").texts(), 8000, args.vocab)
     gin_utils.parse(["runs/demo_cpu.gin"], [f"VOCABULARY = '{args.vocab}'"])
     registration.register(args.vocab)
     print(f"CPU: {os.cpu_count()} cores; model: runs/demo_cpu.gin (d_model 64, 3 layers); task wordnet_definitions")

@@ -117,9 +117,7 @@ def _cmd_build_vocab(args, bindings) -> int:
     from samtone_jax.data import vocab
 
     split, collection = _load_task(args)
-    # Sorted ids: the same files give the same text order, so the same model.
-    texts = [collection.queries[k] for k in sorted(collection.queries)]
-    texts += [collection.corpus[k] for k in sorted(collection.corpus)]
+    texts = collection.texts()  # id order: the same files give the same model
     data = vocab.train_sentencepiece(texts, args.vocab_size, args.out)
     print(f"trained a {args.vocab_size}-piece SentencePiece model on {len(texts):,} texts of {args.task}/{split} "
           f"-> {args.out} ({len(data):,} bytes)")  # fmt: skip

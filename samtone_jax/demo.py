@@ -60,9 +60,7 @@ def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_lim
     run_bindings = [f"MODEL_DIR = '{model_dir}'", f"VOCABULARY = '{vocab_path}'", *bindings]
     gin_utils.parse([DEMO_GIN, *gin_files], run_bindings)  # fail on a bad binding before any work
     if not os.path.exists(vocab_path):
-        training = tasks.load("wordnet_definitions", "train")
-        texts = [training.queries[k] for k in sorted(training.queries)]
-        texts += [training.corpus[k] for k in sorted(training.corpus)]
+        texts = tasks.load("wordnet_definitions", "train").texts()
         vocab_lib.train_sentencepiece(texts, 8000, vocab_path)
         print(f"[{time.time() - start:5.0f}s] built {vocab_path} from {len(texts):,} WordNet texts")
     print(f"[{time.time() - start:5.0f}s] training (TensorBoard: {model_dir}/train)")

@@ -60,8 +60,6 @@ def _squad_dev_vocab(tmp_path_factory):
 
         collection = tasks.load("multireqa_squad_dev", "all")
         path = tmp_path_factory.mktemp("squad_vocab") / "vocab.model"
-        vocab_lib.train_sentencepiece(
-            sorted(collection.queries.values()) + sorted(collection.corpus.values()), 2000, str(path)
-        )
+        vocab_lib.train_sentencepiece(collection.texts(), 2000, str(path))
         _SQUAD_VOCAB.append(path)
     return _SQUAD_VOCAB[0]

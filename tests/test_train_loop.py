@@ -145,7 +145,7 @@ def test_sigterm_checkpoints_at_the_step_boundary_and_exits_zero(wordnet_fixture
     params = _params(model_dir, saved[0])  # restorable
     assert jax_leaves(params)
     text = _run(_argv(model_dir, vocab_path, steps=saved[0] + 1), env, tmp_path / "again.log")
-    assert f"resumed from step {saved[0]}" in text or _losses(text) == {saved[0] + 1: _losses(text)[saved[0] + 1]}
+    assert f"resumed from step {saved[0]}" in text and sorted(_losses(text)) == [saved[0] + 1]
 
 
 def _free_port():
@@ -183,7 +183,7 @@ def test_two_processes_of_two_devices_equal_one_process_of_four(wordnet_fixture,
         assert p.wait(timeout=300) == 0, open(tmp_path / f"multi{i}.log").read()[-3000:]
     for x, y in zip(jax_leaves(_params(single, 3)), jax_leaves(_params(multi, 3)), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
-    assert _losses(open(tmp_path / "multi0.log").read()) and not os.listdir(multi / "train") == []
+    assert sorted(_losses(open(tmp_path / "multi0.log").read())) == [1, 2, 3]
 
 
 def test_missing_macro_and_gin_typo_fail_before_compilation(capsys):

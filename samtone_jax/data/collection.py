@@ -53,6 +53,10 @@ class RetrievalCollection:
                 out.append((qid, did))
         return out
 
+    def texts(self) -> list[str]:
+        """Every query then every document text, in id order: a stable input for a vocabulary."""
+        return [self.queries[k] for k in sorted(self.queries)] + [self.corpus[k] for k in sorted(self.corpus)]
+
     def drop_empty(self) -> RetrievalCollection:
         """Remove empty query and document texts, counting them."""
         for table, what in ((self.queries, "empty_queries"), (self.corpus, "empty_documents")):

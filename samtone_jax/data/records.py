@@ -14,6 +14,7 @@ import gzip
 import io
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -56,8 +57,6 @@ def exists(path: str) -> bool:
         import tensorflow as tf
 
         return tf.io.gfile.exists(path)
-    import os
-
     return os.path.exists(path)
 
 
