@@ -80,6 +80,7 @@ def _cmd_train(args, bindings) -> int:
 
 
 def _cmd_eval(args, bindings) -> int:
+    _init_distributed(args)
     from samtone_jax import gin_utils
     from samtone_jax.evaluation import run
 
@@ -88,10 +89,90 @@ def _cmd_eval(args, bindings) -> int:
     return 0
 
 
+def _default_embeddings_dir(checkpoint: str, task: str, split: str, step: int | None) -> str:
+    from samtone_jax import inference
+
+    kind, directory, step = inference.resolve(checkpoint, step)
+    return os.path.join(directory, "embeddings", f"{task}_{split}" + (f"_step{step}" if step is not None else ""))
+
+
+def _cmd_encode(args, bindings) -> int:
+    _init_distributed(args)
+    import jax
+
+    from samtone_jax import inference, partitioning
+    from samtone_jax.evaluation.run import embed
+
+    split, collection = _load_task(args)
+    out = args.out or _default_embeddings_dir(args.checkpoint, args.task, split, args.step)
+    encoder = inference.load(args.checkpoint, step=args.step, vocabulary=args.vocabulary,
+                             query_length=args.query_length, doc_length=args.doc_length, batch_size=args.batch_size,
+                             mesh=partitioning.create_mesh(devices=jax.local_devices()))  # fmt: skip
+    sides = {"query": ("query",), "document": ("document",), "both": ("query", "document")}[args.side]
+    for side in sides:
+        texts = collection.queries if side == "query" else collection.corpus
+        folder = os.path.join(out, "queries" if side == "query" else "documents")
+        ids, embeddings = embed(encoder, texts, side, folder, args.shard_size)
+        if jax.process_index() == 0:
+            print(f"{len(ids):,} {side} embeddings [{embeddings.shape[1]}] of {args.task}/{split} -> {folder}")
+    return 0
+
+
+def _cmd_compare(args, bindings) -> int:
+    from samtone_jax.evaluation import significance
+
+    result = significance.compare(args.runs, measures=args.measures, test=args.test, trials=args.trials,
+                                  seed=args.seed, allow_partial=args.allow_partial)  # fmt: skip
+    print(significance.format_table(result))
+    return 0
+
+
+def _cmd_analyze(args, bindings) -> int:
+    import jax
+
+    from samtone_jax import inference, partitioning
+    from samtone_jax.analysis import analyze
+
+    names = args.name or [os.path.basename(os.path.normpath(c)) for c in args.checkpoint]
+    if len(names) != len(args.checkpoint) or len(set(names)) != len(names):
+        raise ValueError(f"--name must give one distinct name per --checkpoint; got {names} for {args.checkpoint}")
+    split, collection = _load_task(args)
+    mesh = partitioning.create_mesh(devices=jax.local_devices())
+    encoders = {
+        name: inference.load(
+            path, vocabulary=args.vocabulary, query_length=args.query_length, doc_length=args.doc_length, mesh=mesh
+        )  # fmt: skip
+        for name, path in zip(names, args.checkpoint, strict=True)
+    }
+    summary = analyze(encoders, collection.drop_empty(), args.out, tsne_sample=args.tsne_sample,
+                      ratio_pairs=args.ratio_pairs, seed=args.seed, max_queries=args.max_queries)  # fmt: skip
+    for name, numbers in summary["models"].items():
+        print(f"{name}: median top-1 cosine {numbers['top1_cosine_median']:.4f}, "
+              f"median similarity ratio {numbers['similarity_ratio_median']:.4f}")  # fmt: skip
+    print(f"figures and report.md in {args.out}")
+    return 0
+
+
 def _cmd_demo(args, bindings) -> int:
     from samtone_jax import demo
 
     return demo.main(args.gin_file, args.gin_bindings + bindings)
+
+
+def _add_distributed_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--multihost", action="store_true", help="jax.distributed.initialize() from the environment (TPU)")
+    p.add_argument("--coordinator_address", default=None, help="host:port of process 0 (multi-process)")
+    p.add_argument("--num_processes", type=int, default=None)
+    p.add_argument("--process_id", type=int, default=None)
+    p.add_argument("--num_cpu_devices", type=int, default=None, help="CPU devices per process (testing)")
+
+
+def _checkpoint_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, help="a MODEL_DIR, MODEL_DIR/checkpoints/<step> or parameter dir")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+    p.add_argument("--vocabulary", default=None, help="SentencePiece model (default: the run's)")
+    p.add_argument("--query_length", type=int, default=None, help="default: the run's train.query_length")
+    p.add_argument("--doc_length", type=int, default=None, help="default: the run's train.doc_length")
 
 
 def _task_flags(parser: argparse.ArgumentParser) -> None:
@@ -151,16 +232,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a dual encoder (gin: runs/*.gin)")
     _add_gin_flags(p)
-    p.add_argument("--multihost", action="store_true", help="jax.distributed.initialize() from the environment (TPU)")
-    p.add_argument("--coordinator_address", default=None, help="host:port of process 0 (multi-process)")
-    p.add_argument("--num_processes", type=int, default=None)
-    p.add_argument("--process_id", type=int, default=None)
-    p.add_argument("--num_cpu_devices", type=int, default=None, help="CPU devices per process (testing)")
+    _add_distributed_flags(p)
     p.set_defaults(run=_cmd_train)
 
     p = sub.add_parser("eval", help="retrieval metrics of a trained model (gin: evaluate.*)")
     _add_gin_flags(p)
+    _add_distributed_flags(p)
     p.set_defaults(run=_cmd_eval)
+
+    p = sub.add_parser("encode", help="embed a task's queries / corpus into resumable shards")
+    _checkpoint_flags(p)
+    _task_flags(p)
+    _add_distributed_flags(p)
+    p.add_argument("--side", choices=["query", "document", "both"], default="both")
+    p.add_argument("--out", default=None, help="output folder (default: <MODEL_DIR>/embeddings/<task>_<split>_step<N>)")
+    p.add_argument("--shard_size", type=int, default=65536, help="rows per shard file (the unit of resumption)")
+    p.add_argument("--batch_size", type=int, default=256, help="texts per device batch (rounded to the devices)")
+    p.set_defaults(run=_cmd_encode)
+
+    p = sub.add_parser("analyze", help="the paper's embedding-space figures for one or more models")
+    p.add_argument("--checkpoint", action="append", required=True, help="model to analyse (repeat to compare)")
+    p.add_argument("--name", action="append", default=None, help="display name per --checkpoint")
+    p.add_argument("--vocabulary", default=None, help="SentencePiece model (default: each run's)")
+    p.add_argument("--query_length", type=int, default=None)
+    p.add_argument("--doc_length", type=int, default=None)
+    _task_flags(p)
+    p.add_argument("--out", required=True, help="folder for the PNGs, summary.json and report.md")
+    p.add_argument("--tsne_sample", type=int, default=500, help="(query, gold document) pairs in the t-SNE")
+    p.add_argument("--ratio_pairs", type=int, default=10000, help="random (i, j) pairs of the similarity ratio")
+    p.add_argument("--max_queries", type=int, default=None, help="analyse the first N queries by id")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=_cmd_analyze)
+
+    p = sub.add_parser("compare", help="eval JSONs side by side with paired significance tests")
+    p.add_argument("runs", nargs="+", help="eval JSON files (MODEL_DIR/eval/*.json); the first is the baseline")
+    p.add_argument("--measures", nargs="+", default=None, help="measure names (default: all shared)")
+    p.add_argument("--test", choices=["randomization", "bootstrap"], default="randomization")
+    p.add_argument("--trials", type=int, default=10000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--allow_partial", action="store_true", help="compare on the queries all runs share")
+    p.set_defaults(run=_cmd_compare)
 
     p = sub.add_parser("build-vocab", help="train a SentencePiece vocabulary on a task's text")
     _task_flags(p)

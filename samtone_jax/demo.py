@@ -52,6 +52,7 @@ def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_lim
     from samtone_jax.data import vocab as vocab_lib
     from samtone_jax.evaluation import metrics
     from samtone_jax.evaluation.run import dense_run
+    from samtone_jax.inference import Encoder
     from samtone_jax.models import init_params
 
     start = time.time()
@@ -83,7 +84,7 @@ def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_lim
     vocabulary = vocab_lib.vocabulary(vocab_path)
     results = {}
     for name, params in (("trained", trained), ("untrained", untrained)):
-        run = dense_run(model, params, vocabulary, queries, corpus, query_length=32, doc_length=48, k=100)
+        run = dense_run(Encoder(model, params, vocabulary, query_length=32, doc_length=48), queries, corpus, k=100)
         results[f"T5.1.1 mini SDE, {name}"] = metrics.evaluate(test.qrels, run)
         print(f"[{time.time() - start:5.0f}s] evaluated the {name} model")
     bm25 = _bm25_run(query_ids, [queries[q] for q in query_ids], doc_ids, [corpus[d] for d in doc_ids], 100)

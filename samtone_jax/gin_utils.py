@@ -75,7 +75,8 @@ def model() -> _DualEncoder:
 
 
 def model_from_gin_text(text: str) -> _DualEncoder:
-    """The DualEncoder described by a saved gin config (e.g. a checkpoint's model.gin)."""
+    """The DualEncoder described by a saved gin config (a checkpoint's model.gin, a run's config.gin)."""
+    _import_configurables()
     gin.clear_config()
     try:
         gin.parse_config(text)

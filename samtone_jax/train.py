@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shutil
 import signal
 
 import flax.linen as nn
@@ -24,6 +25,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from samtone_jax import gin_utils, grad_cache, partitioning
+from samtone_jax.atomic_file import atomic_open
 from samtone_jax.checkpoints import load_params
 from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
 from samtone_jax.encoding import encode_batch
@@ -135,6 +137,22 @@ def initial_state(model, tx, mesh, seed: int, init_checkpoint: str | None):
     }
 
 
+def _keep_vocabulary(vocabulary: str | None, model_dir: str) -> None:
+    """Copy a local SentencePiece model to MODEL_DIR/vocab.model (atomically), so the run is
+    self-contained for `samtone_jax.load` and export. A gs:// vocabulary stays referenced by gin."""
+    target = os.path.join(model_dir, "vocab.model")
+    if not vocabulary or "://" in vocabulary or "://" in model_dir:
+        return
+    if not os.path.exists(vocabulary):
+        raise FileNotFoundError(
+            f"train.vocabulary={vocabulary!r} not found (relative to {os.getcwd()}): fix VOCABULARY"
+        )
+    if os.path.exists(target) and os.path.samefile(vocabulary, target):
+        return
+    with open(vocabulary, "rb") as src, atomic_open(target) as dst:
+        shutil.copyfileobj(src, dst)
+
+
 def _install_sigterm_flag():
     """SIGTERM (TPU preemption) sets a flag the loop checks at the next step boundary."""
     flag = {"set": False}
@@ -193,6 +211,7 @@ def train(
     if host == 0:
         with open(os.path.join(model_dir, "config.gin"), "w") as f:
             f.write(gin.config_str())
+        _keep_vocabulary(vocabulary, model_dir)
 
     checkpointer = TrainCheckpointer(os.path.join(model_dir, "checkpoints"), checkpoint_every, keep_checkpoints)
     state = initial_state(model, tx, mesh, seed, init_checkpoint if checkpointer.latest_step() is None else None)

@@ -63,3 +63,65 @@ def _squad_dev_vocab(tmp_path_factory):
         vocab_lib.train_sentencepiece(collection.texts(), 2000, str(path))
         _SQUAD_VOCAB.append(path)
     return _SQUAD_VOCAB[0]
+
+
+@pytest.fixture(scope="session")
+def wordnet_data(tmp_path_factory):
+    """(a small WordNet database folder, a 100-piece vocabulary trained on its text)."""
+    from test_data_pipeline import MORE_SENSES
+    from test_data_readers import write_wordnet
+
+    from samtone_jax.data import vocab as vocab_lib
+    from samtone_jax.data import wordnet
+
+    root = tmp_path_factory.mktemp("wordnet_data")
+    wn = write_wordnet(root / "wordnet")
+    with open(wn / "data.noun", "a") as f:
+        f.write(MORE_SENSES)
+    collection = wordnet.load_collection(str(wn))
+    vocab_path = root / "vocab.model"
+    vocab_lib.train_sentencepiece(
+        list(collection.queries.values()) + list(collection.corpus.values()), 100, str(vocab_path)
+    )
+    return wn, vocab_path
+
+
+def tiny_train_argv(model_dir, vocab_path, steps=2, architecture="sde", extra=()):
+    """`samtone train` arguments for a tiny T5.1.1 on the wordnet_data fixture."""
+    return [
+        "train",
+        "--gin_file=models/t5_1_1_tiny.gin",
+        f"--gin_file=architectures/{architecture}.gin",
+        "--gin_file=losses/samtone_query.gin",
+        "--gin.VOCAB_SIZE=100",
+        "--gin.TEMPERATURE=0.05",
+        f"--gin.train.model_dir='{model_dir}'",
+        "--gin.train.task='wordnet_definitions'",
+        "--gin.train.split='all'",
+        f"--gin.train.train_steps={steps}",
+        "--gin.train.batch_size=8",
+        "--gin.train.query_length=8",
+        "--gin.train.doc_length=12",
+        f"--gin.train.vocabulary='{vocab_path}'",
+        "--gin.train.log_every=1",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="session")
+def trained_run(wordnet_data, tmp_path_factory):
+    """A MODEL_DIR of a tiny SDE trained 2 steps in this process on the wordnet_data fixture."""
+    from samtone_jax import cli
+
+    wn, vocab_path = wordnet_data
+    model_dir = tmp_path_factory.mktemp("trained_run") / "run"
+    previous = os.environ.get("WORDNET_DIR")
+    os.environ["WORDNET_DIR"] = str(wn)
+    try:
+        assert cli.main(tiny_train_argv(model_dir, vocab_path)) == 0
+    finally:
+        if previous is None:
+            os.environ.pop("WORDNET_DIR")
+        else:
+            os.environ["WORDNET_DIR"] = previous
+    return model_dir

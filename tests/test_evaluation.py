@@ -111,3 +111,76 @@ def test_eval_command_on_real_squad_dev_is_fast_near_chance_and_consistent(tmp_p
     assert theirs[ir_measures.P @ 1] == pytest.approx(saved["metrics"]["P@1"])
     assert theirs[ir_measures.RR] == pytest.approx(saved["metrics"]["RR"])
     assert "P@1" in capsys.readouterr().out
+
+
+def _random_unit(rng, n, d):
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_faiss_flat_and_approx_backends_equal_exact_search():
+    rng = np.random.default_rng(0)
+    corpus, queries = _random_unit(rng, 3000, 32), _random_unit(rng, 40, 32)
+    exact_scores, exact_ids = search.top_k(queries, corpus, 20)
+    for backend in ("faiss", "approx"):  # approx_max_k is exact off TPU
+        scores, ids = search.top_k(queries, corpus, 20, backend=backend)
+        np.testing.assert_array_equal(ids, exact_ids)
+        np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
+    # With exact ties (integer data): the same scores, and the same ids wherever the score is above
+    # the k-th (which member of a tie straddling rank k is kept is up to each library's heap).
+    queries, corpus = _integer_data(seed=2)
+    exact_scores, exact_ids = search.top_k(queries, corpus, 25)
+    scores, ids = search.top_k(queries, corpus, 25, backend="faiss")
+    np.testing.assert_array_equal(scores, exact_scores)
+    above = exact_scores > exact_scores[:, -1:]
+    np.testing.assert_array_equal(np.where(above, ids, -1), np.where(above, exact_ids, -1))
+    with pytest.raises(ValueError, match="unknown search backend 'annoy'"):
+        search.top_k(queries, corpus, 5, backend="annoy")
+
+
+def test_faiss_ivfpq_finds_most_exact_neighbours():
+    rng = np.random.default_rng(1)
+    centers = _random_unit(rng, 20, 32)  # clustered data, as real embeddings are
+    corpus = centers[rng.integers(0, 20, 4000)] + 0.3 * rng.standard_normal((4000, 32)).astype(np.float32)
+    corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
+    queries = corpus[:50] + 0.05 * rng.standard_normal((50, 32)).astype(np.float32)
+    _, exact_ids = search.top_k(queries, corpus, 10)
+    _, ids = search.top_k(queries, corpus, 10, backend="faiss_ivfpq", nlist=16, nprobe=16)
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids.tolist(), exact_ids.tolist(), strict=True)])
+    assert 0.5 < recall  # compressed vectors: approximate, but far above chance (10 / 4000)
+
+
+def test_eval_compare_and_analyze_commands_on_a_trained_run(trained_run, wordnet_data, monkeypatch, tmp_path, capsys):
+    import json
+    import re
+    import shutil
+
+    from samtone_jax import cli
+
+    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
+    eval_flags = [
+        f"--gin.evaluate.model_dir='{trained_run}'",
+        "--gin.evaluate.task='wordnet_definitions'", "--gin.evaluate.split='all'", "--gin.evaluate.k=10",
+    ]  # fmt: skip
+    assert cli.main(["eval", *eval_flags]) == 0
+    path = trained_run / "eval" / "wordnet_definitions_all_step2.json"
+    saved = json.loads(path.read_text())
+    assert saved["step"] == 2 and "R@100" not in saved["metrics"]  # a top-10 run cannot compute R@100
+    rr = saved["per_query"]["RR"]
+    assert len(rr) == saved["queries"] and np.mean(list(rr.values())) == pytest.approx(saved["metrics"]["RR"])
+    other = tmp_path / "other" / "eval"
+    other.mkdir(parents=True)
+    shutil.copy(path, other / path.name)
+    capsys.readouterr()
+    assert cli.main(["compare", str(path), str(other / path.name), "--trials=200"]) == 0
+    table = capsys.readouterr().out
+    assert re.search(r"RR\s.*\+0\.0000, p=1\.000", table), table
+    assert cli.main(["compare", str(path), str(tmp_path / "missing.json")]) == 2
+    out = tmp_path / "analysis"
+    argv = ["analyze", f"--checkpoint={trained_run}", f"--checkpoint={trained_run / 'checkpoints' / '2'}",
+            "--name=run", "--name=step2", "--task=wordnet_definitions", "--split=all", f"--out={out}",
+            "--tsne_sample=12", "--ratio_pairs=50"]  # fmt: skip
+    assert cli.main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["models"]["run"] == summary["models"]["step2"]  # the same checkpoint twice
+    assert all((out / f).stat().st_size > 0 for f in ("tsne.png", "top1_cosine.png", "similarity_ratio.png"))

@@ -13,13 +13,9 @@ import time
 
 import numpy as np
 import pytest
-from test_data_pipeline import MORE_SENSES
-from test_data_readers import write_wordnet
 
 from samtone_jax import gin_utils, train
 from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
-from samtone_jax.data import vocab as vocab_lib
-from samtone_jax.data import wordnet
 
 # The step slowed down from outside, so a signal can land mid-run (test instrumentation only).
 SLOW = (
@@ -30,17 +26,8 @@ SLOW = (
 
 
 @pytest.fixture(scope="module")
-def wordnet_fixture(tmp_path_factory):
-    root = tmp_path_factory.mktemp("train_data")
-    wn = write_wordnet(root / "wordnet")
-    with open(wn / "data.noun", "a") as f:
-        f.write(MORE_SENSES)
-    collection = wordnet.load_collection(str(wn))
-    vocab_path = root / "vocab.model"
-    vocab_lib.train_sentencepiece(
-        list(collection.queries.values()) + list(collection.corpus.values()), 100, str(vocab_path)
-    )
-    return wn, vocab_path
+def wordnet_fixture(wordnet_data):
+    return wordnet_data
 
 
 def _argv(model_dir, vocab_path, steps=6, extra=()):

@@ -9,8 +9,6 @@ given input, ids as T5 (pad 0, eos 1, unk 2), written to a temporary file and re
 from __future__ import annotations
 
 import io
-import os
-import uuid
 from collections.abc import Iterable
 
 DEFAULT_VOCAB_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
@@ -53,14 +51,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, out: str | None =
     )
     data = model.getvalue()
     if out:
-        directory = os.path.dirname(os.path.abspath(out))
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:8]}")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, out)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        from samtone_jax.atomic_file import write_atomic
+
+        write_atomic(out, data)
     return data

@@ -5,7 +5,12 @@ from __future__ import annotations
 import ir_measures
 from ir_measures import RR, P, R, nDCG
 
-DEFAULT_MEASURES = (P @ 1, RR, RR @ 10, R @ 1, R @ 5, R @ 10, R @ 100, nDCG @ 10)
+DEFAULT_MEASURES = (P @ 1, RR, RR @ 10, R @ 1, R @ 5, R @ 10, R @ 100, R @ 1000, nDCG @ 10)
+
+
+def measures_for_depth(k: int, measures=DEFAULT_MEASURES) -> list:
+    """The measures a top-`k` run can compute faithfully (R@1000 needs 1,000 retrieved documents)."""
+    return [m for m in measures if m.params.get("cutoff") is None or m.params["cutoff"] <= k]
 
 
 def run_from_top_k(query_ids, doc_ids, scores, indices) -> dict[str, dict[str, float]]:
@@ -16,8 +21,19 @@ def run_from_top_k(query_ids, doc_ids, scores, indices) -> dict[str, dict[str, f
     }
 
 
+def _judged(qrels, run):
+    return {q: {d: int(r) for d, r in docs.items()} for q, docs in qrels.items() if q in run}
+
+
 def evaluate(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], measures=DEFAULT_MEASURES):
     """{measure name: mean over the queries of `run`}; a query with no relevant document is skipped
     by ir-measures, as by trec_eval."""
-    qrels = {q: {d: int(r) for d, r in docs.items()} for q, docs in qrels.items() if q in run}
-    return {str(m): float(v) for m, v in ir_measures.calc_aggregate(list(measures), qrels, run).items()}
+    return {str(m): float(v) for m, v in ir_measures.calc_aggregate(list(measures), _judged(qrels, run), run).items()}
+
+
+def per_query(qrels, run, measures=DEFAULT_MEASURES) -> dict[str, dict[str, float]]:
+    """{measure name: {query id: value}}: what paired significance tests compare."""
+    out = {str(m): {} for m in measures}
+    for metric in ir_measures.iter_calc(list(measures), _judged(qrels, run), run):
+        out[str(metric.measure)][metric.query_id] = float(metric.value)
+    return out

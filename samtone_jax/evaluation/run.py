@@ -1,40 +1,62 @@
 """`samtone eval`: a trained model's retrieval metrics on a task split, written to MODEL_DIR/eval/.
 
-Encodes the split's queries and the whole corpus, runs exact top-k (sharded over the local
-devices' 'data' axis), scores with ir-measures, and writes `<task>_<split>_step<N>.json` (metrics)
-and `.trec` (the run, for significance tests) under MODEL_DIR/eval/, printing a table. For BEIR
-tasks a document whose id equals the query id is dropped from the ranking, as BEIR does.
+Encodes the split's queries and the whole corpus into resumable embedding shards (each process
+its share, every local device busy), searches the top-k (exact on device by default), scores
+with ir-measures, and writes under MODEL_DIR/eval/:
+
+  <task>_<split>_step<N>.json   metrics, and per-query values for `samtone compare`
+  <task>_<split>_step<N>.trec   the run (TREC format), for significance tests elsewhere
+  embeddings/<task>_<split>_step<N>/{queries,documents}/   (kept unless evaluate.keep_embeddings=False)
+
+For BEIR tasks a document whose id equals the query id is dropped from the ranking, as BEIR does.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import gin
+import numpy as np
 
+from samtone_jax.atomic_file import atomic_open
 from samtone_jax.evaluation import metrics, search
-from samtone_jax.evaluation.encode import encode_texts
+from samtone_jax.evaluation.embedding_store import encode_to_shards, load_shards
 
 
-def dense_run(
-    model,
-    params,
-    vocabulary,
-    queries: dict[str, str],
-    corpus: dict[str, str],
-    *,
-    query_length: int,
-    doc_length: int,
-    k: int = 100,
-    mesh=None,
-    exclude_self: bool = False,
-) -> dict[str, dict[str, float]]:
-    """{query id: {doc id: score}} of the top-k documents for every query."""
-    query_ids, doc_ids = sorted(queries), sorted(corpus)
-    q = encode_texts(model, params, vocabulary, [queries[i] for i in query_ids], query_length, "query")
-    d = encode_texts(model, params, vocabulary, [corpus[i] for i in doc_ids], doc_length, "document")
-    scores, indices = search.exact_top_k(q, d, k=k + int(exclude_self), mesh=mesh)
+def embed(encoder, texts: dict[str, str], side: str, out_dir: str | None = None,
+          shard_size: int = 65536) -> tuple[list[str], np.ndarray]:  # fmt: skip
+    """(sorted ids, [N, P] embeddings) of `texts` on `side`; through resumable shards in `out_dir`
+    when given (every process encodes its share; all of them must call this)."""
+    import jax
+
+    ids = sorted(texts)
+    encode = encoder.encode_queries if side == "query" else encoder.encode_documents
+    if out_dir is None:
+        return ids, encode([texts[i] for i in ids])
+    fingerprint = {"source": encoder.source, "step": encoder.step, "side": side,
+                   "length": encoder.query_length if side == "query" else encoder.doc_length}  # fmt: skip
+    encode_to_shards(encode, ids, [texts[i] for i in ids], out_dir, shard_size=shard_size, fingerprint=fingerprint,
+                     process_index=jax.process_index(), process_count=jax.process_count(),
+                     description=f"encoding {side}s")  # fmt: skip
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(f"embedded {out_dir}")
+    stored_ids, embeddings = load_shards(out_dir)
+    return stored_ids, embeddings
+
+
+def dense_run(encoder, queries: dict[str, str], corpus: dict[str, str], *, k: int = 100, mesh=None,
+              exclude_self: bool = False, backend: str = "exact",
+              embeddings_dir: str | None = None) -> dict[str, dict[str, float]]:  # fmt: skip
+    """{query id: {doc id: score}} of the top-k documents for every query (`encoder`: a
+    samtone_jax.inference.Encoder)."""
+    join = (lambda name: os.path.join(embeddings_dir, name)) if embeddings_dir else (lambda name: None)
+    query_ids, q = embed(encoder, queries, "query", join("queries"))
+    doc_ids, d = embed(encoder, corpus, "document", join("documents"))
+    scores, indices = search.top_k(q, d, k=k + int(exclude_self), backend=backend, mesh=mesh)
     run = metrics.run_from_top_k(query_ids, doc_ids, scores, indices)
     if exclude_self:
         run = {qid: dict(list(((d, s) for d, s in docs.items() if d != qid))[:k]) for qid, docs in run.items()}
@@ -42,47 +64,54 @@ def dense_run(
 
 
 def write_trec(path: str, run: dict[str, dict[str, float]], tag: str) -> None:
-    with open(path, "w") as f:
+    with atomic_open(path, "w") as f:
         for qid in sorted(run):
             ranked = sorted(run[qid].items(), key=lambda x: -x[1])
             for rank, (did, score) in enumerate(ranked, start=1):
                 f.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
 
 
+def format_table(results: dict[str, float]) -> str:
+    return "\n".join(f"  {measure:8s} {value:.4f}" for measure, value in results.items())
+
+
 @gin.configurable
 def evaluate(model_dir: str = gin.REQUIRED, task: str = gin.REQUIRED, split: str = "test",
-             vocabulary: str | None = None, query_length: int = 64, doc_length: int = 128, k: int = 100,
-             step: int | None = None) -> dict[str, float]:  # fmt: skip
-    """Evaluate the checkpoint at `step` (default: the latest) of MODEL_DIR on task/split."""
+             vocabulary: str | None = None, query_length: int | None = None, doc_length: int | None = None,
+             k: int = 100, step: int | None = None, backend: str = "exact", keep_embeddings: bool = True,
+             shard_size: int = 65536) -> dict[str, float]:  # fmt: skip
+    """Evaluate the checkpoint at `step` (default: the latest) of MODEL_DIR on task/split; lengths
+    default to the run's train.query_length / train.doc_length.
+
+    backend: 'exact' (on device), 'approx' (lax.approx_max_k, TPU), 'faiss' (IndexFlatIP) or
+    'faiss_ivfpq' (approximate); see samtone_jax/evaluation/search.py.
+    """
     import jax
 
-    from samtone_jax import gin_utils, partitioning, tasks
-    from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
-    from samtone_jax.data import vocab as vocab_lib
+    from samtone_jax import inference, partitioning, tasks
 
-    model = gin_utils.model()
-    checkpoints = os.path.join(model_dir, "checkpoints")
-    steps = sorted(int(d) for d in os.listdir(checkpoints) if d.isdigit()) if os.path.isdir(checkpoints) else []
-    if not steps:
-        raise FileNotFoundError(f"no checkpoint in {checkpoints}: train first (samtone train) or fix MODEL_DIR")
-    step = steps[-1] if step is None else step
-    if step not in steps:
-        raise FileNotFoundError(f"no checkpoint for step {step} in {checkpoints}; available: {steps}")
-    params = restore_on_one_device(os.path.join(checkpoints, str(step), "state"))["params"]
-    collection = tasks.load(task, split)
     mesh = partitioning.create_mesh(devices=jax.local_devices())
-    run = dense_run(model, params, vocab_lib.vocabulary(vocabulary), collection.queries, collection.corpus,
-                    query_length=query_length, doc_length=doc_length, k=k, mesh=mesh,
-                    exclude_self=task.startswith("beir_"))  # fmt: skip
-    results = metrics.evaluate(collection.qrels, run)
+    encoder = inference.load(model_dir, step=step, vocabulary=vocabulary, query_length=query_length,
+                             doc_length=doc_length, mesh=mesh)  # fmt: skip
+    collection = tasks.load(task, split)
+    name = f"{task}_{split}_step{encoder.step}"
     out = os.path.join(model_dir, "eval")
-    os.makedirs(out, exist_ok=True)
-    name = f"{task}_{split}_step{step}"
-    with open(os.path.join(out, name + ".json"), "w") as f:
-        json.dump({"task": task, "split": split, "step": step, "queries": len(run), "corpus": len(collection.corpus),
-                   "metrics": results}, f, indent=2)  # fmt: skip
-    write_trec(os.path.join(out, name + ".trec"), run, f"samtone_step{step}")
-    print(f"{task}/{split} step {step}: {len(run):,} queries, {len(collection.corpus):,} documents")
-    for measure, value in results.items():
-        print(f"  {measure:8s} {value:.4f}")
+    embeddings_dir = os.path.join(out, "embeddings", name)
+    run = dense_run(encoder, collection.queries, collection.corpus, k=k, mesh=encoder.mesh,
+                    exclude_self=task.startswith("beir_"), backend=backend, embeddings_dir=embeddings_dir)  # fmt: skip
+    measures = metrics.measures_for_depth(k)
+    results = metrics.evaluate(collection.qrels, run, measures)
+    if jax.process_index() == 0:
+        os.makedirs(out, exist_ok=True)
+        write_trec(os.path.join(out, name + ".trec"), run, f"samtone_step{encoder.step}")
+        record = {"task": task, "split": split, "step": encoder.step, "queries": len(run),
+                  "corpus": len(collection.corpus), "k": k, "backend": backend, "metrics": results,
+                  "trec": name + ".trec", "per_query": metrics.per_query(collection.qrels, run, measures)}  # fmt: skip
+        with atomic_open(os.path.join(out, name + ".json"), "w") as f:
+            json.dump(record, f, indent=1)
+        print(f"{task}/{split} step {encoder.step}: {len(run):,} queries, {len(collection.corpus):,} documents "
+              f"-> {out}/{name}.json")  # fmt: skip
+        print(format_table(results))
+        if not keep_embeddings:
+            shutil.rmtree(embeddings_dir, ignore_errors=True)
     return results

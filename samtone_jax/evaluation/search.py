@@ -1,4 +1,5 @@
-"""Exact maximum-inner-product search on device, memory bounded by the chunk size.
+"""Maximum-inner-product search on device (exact, or lax.approx_max_k on TPU), memory bounded by
+the chunk size; `top_k` also dispatches to the FAISS backends (faiss_search.py) for CPU hosts.
 
 The corpus is scored in chunks of `chunk_size` rows; each chunk's top-k merges with the running
 top-k (`lax.top_k` over [k + chunk] candidates), so memory is O(queries × (k + chunk)), never
@@ -18,7 +19,14 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 
-def _chunked_top_k(queries, corpus, k: int, chunk_size: int, n: int, offset=0):
+def _select(scores, k: int, recall_target: float | None):
+    """(values, positions) of the k largest per row: exact, or TPU's approximate partial reduction."""
+    if recall_target is None:
+        return jax.lax.top_k(scores, k)
+    return jax.lax.approx_max_k(scores, k, recall_target=recall_target)
+
+
+def _chunked_top_k(queries, corpus, k: int, chunk_size: int, n: int, offset=0, recall_target=None):
     """Top-k over `corpus` rows (global ids offset + row; rows with id >= n are padding)."""
     chunks = corpus.reshape(-1, chunk_size, corpus.shape[1])
     init = (jnp.full((queries.shape[0], k), -jnp.inf, jnp.float32), jnp.full((queries.shape[0], k), -1, jnp.int32))
@@ -31,7 +39,7 @@ def _chunked_top_k(queries, corpus, k: int, chunk_size: int, n: int, offset=0):
         scores = jnp.where(ids[None, :] < n, scores, -jnp.inf)  # padding rows never win
         all_scores = jnp.concatenate([best_scores, scores], axis=1)
         all_ids = jnp.concatenate([best_ids, jnp.broadcast_to(ids, scores.shape)], axis=1)
-        top, where = jax.lax.top_k(all_scores, k)
+        top, where = _select(all_scores, k, recall_target)
         return (top, jnp.take_along_axis(all_ids, where, axis=1)), None
 
     starts = jnp.arange(chunks.shape[0], dtype=jnp.int32) * chunk_size
@@ -39,18 +47,18 @@ def _chunked_top_k(queries, corpus, k: int, chunk_size: int, n: int, offset=0):
     return scores, ids
 
 
-@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n"))
-def _top_k(queries, corpus, k: int, chunk_size: int, n: int):
-    return _chunked_top_k(queries, corpus, k, chunk_size, n)
+@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "recall_target"))
+def _top_k(queries, corpus, k: int, chunk_size: int, n: int, recall_target=None):
+    return _chunked_top_k(queries, corpus, k, chunk_size, n, recall_target=recall_target)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "mesh"))
-def _sharded_top_k(queries, corpus, k: int, chunk_size: int, n: int, mesh):
+@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "mesh", "recall_target"))
+def _sharded_top_k(queries, corpus, k: int, chunk_size: int, n: int, mesh, recall_target=None):
     rows = corpus.shape[0] // mesh.shape["data"]
 
     def local(q, shard):
         offset = jax.lax.axis_index("data") * rows
-        scores, ids = _chunked_top_k(q, shard, k, chunk_size, n, offset)
+        scores, ids = _chunked_top_k(q, shard, k, chunk_size, n, offset, recall_target)
         scores = jax.lax.all_gather(scores, "data", axis=1, tiled=True)  # [Q, devices·k], device order
         ids = jax.lax.all_gather(ids, "data", axis=1, tiled=True)
         top, where = jax.lax.top_k(scores, k)
@@ -68,10 +76,13 @@ def exact_top_k(
     chunk_size: int = 8192,
     query_batch: int = 1024,
     mesh=None,
+    recall_target: float | None = None,
 ):
     """(scores [Q, k] float32, corpus indices [Q, k] int32), best first, ties by lower index.
 
-    With `mesh`, the corpus is sharded over its 'data' axis (each device holds 1/devices of it).
+    queries [Q, D], corpus [N, D]. With `mesh`, the corpus is sharded over its 'data' axis (each
+    device holds 1/devices of it). `recall_target` (e.g. 0.95) selects with lax.approx_max_k,
+    which is fast on TPU and exact (a sort) elsewhere.
     """
     n = len(corpus)
     k = min(k, n)
@@ -79,13 +90,36 @@ def exact_top_k(
     chunk_size = max(1, min(chunk_size, -(-n // devices)))
     padded = np.pad(np.asarray(corpus, np.float32), ((0, (-n) % (chunk_size * devices)), (0, 0)))
     if mesh is None:
-        corpus_on_device, search = jnp.asarray(padded), functools.partial(_top_k, n=n)
+        corpus_on_device, search = jnp.asarray(padded), functools.partial(_top_k, n=n, recall_target=recall_target)
     else:
         corpus_on_device = jax.device_put(padded, NamedSharding(mesh, P("data")))
-        search = functools.partial(_sharded_top_k, n=n, mesh=mesh)
+        search = functools.partial(_sharded_top_k, n=n, mesh=mesh, recall_target=recall_target)
     out_scores, out_ids = [], []
     for start in range(0, len(queries), query_batch):
         s, i = search(jnp.asarray(queries[start : start + query_batch], jnp.float32), corpus_on_device, k, chunk_size)
         out_scores.append(np.asarray(s))
         out_ids.append(np.asarray(i))
     return np.concatenate(out_scores), np.concatenate(out_ids)
+
+
+BACKENDS = ("exact", "approx", "faiss", "faiss_ivfpq")
+
+
+def top_k(queries: np.ndarray, corpus: np.ndarray, k: int = 100, backend: str = "exact", mesh=None, **options):
+    """(scores [Q, k], corpus indices [Q, k]) by `backend`:
+
+    exact        exact_top_k on device (sharded over `mesh`), ties by lower index;
+    approx       the same with lax.approx_max_k (options: recall_target, default 0.95);
+    faiss        faiss.IndexFlatIP on the CPU: the same results as exact;
+    faiss_ivfpq  faiss.IndexIVFPQ (options: nlist, nprobe, pq_m): approximate, for huge corpora.
+    """
+    if backend == "exact":
+        return exact_top_k(queries, corpus, k, mesh=mesh, **options)
+    if backend == "approx":
+        return exact_top_k(queries, corpus, k, mesh=mesh, **{"recall_target": 0.95, **options})
+    if backend in ("faiss", "faiss_ivfpq"):
+        from samtone_jax.evaluation import faiss_search
+
+        index = "flat" if backend == "faiss" else "ivfpq"
+        return faiss_search.faiss_top_k(queries, corpus, k, index=index, **options)
+    raise ValueError(f"unknown search backend {backend!r} (gin evaluate.backend); choose one of {BACKENDS}")

@@ -1,0 +1,129 @@
+"""Embeddings on disk in shards that a killed job resumes from instead of recomputing.
+
+    OUT/manifest.json                  rows, shard size, dimension-free fingerprint of what is encoded
+    OUT/shard-00003-of-00042.npz       {embeddings [n, P] float32, ids [n] str} for rows [3·S, 4·S)
+
+Shard i belongs to process i mod process_count, so every host of a pod encodes its own share
+with its local devices (no cross-host traffic). Each shard is written to a temporary file and
+renamed: a shard file that exists is complete. A rerun with the same manifest skips finished
+shards; a rerun over a different model, text set or shard size refuses to mix them.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+
+import numpy as np
+
+from samtone_jax.atomic_file import atomic_open, write_atomic
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+
+
+def _shard_path(out_dir: str, index: int, count: int) -> str:
+    return os.path.join(out_dir, f"shard-{index:05d}-of-{count:05d}.npz")
+
+
+def _manifest(ids: list[str], texts: list[str], shard_size: int, fingerprint: dict) -> dict:
+    digest = hashlib.sha1()
+    for i, t in zip(ids, texts, strict=True):
+        digest.update(f"{i}\t{t}\n".encode())
+    return {
+        "rows": len(ids),
+        "shard_size": shard_size,
+        "shards": max(1, -(-len(ids) // shard_size)),
+        "texts_sha1": digest.hexdigest(),
+        "fingerprint": fingerprint,
+    }
+
+
+def encode_to_shards(
+    encode: Callable[[list[str]], np.ndarray],
+    ids: list[str],
+    texts: list[str],
+    out_dir: str,
+    *,
+    shard_size: int = 65536,
+    fingerprint: dict | None = None,
+    process_index: int = 0,
+    process_count: int = 1,
+    description: str = "encoding",
+) -> list[int]:
+    """Encode this process's unfinished shards of `texts` (`encode`: texts -> [n, P] float32) into
+    out_dir; returns the shard indices encoded now. `fingerprint` (model path, step, side, length…)
+    must match the one a previous, interrupted run wrote, or ValueError."""
+    from tqdm import tqdm
+
+    if len(ids) != len(texts):
+        raise ValueError(f"{len(ids)} ids but {len(texts)} texts")
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be positive, got {shard_size}")
+    os.makedirs(out_dir, exist_ok=True)
+    manifest = _manifest(ids, texts, shard_size, fingerprint or {})
+    path = os.path.join(out_dir, MANIFEST)
+    if os.path.exists(path):
+        with open(path) as f:
+            previous = json.load(f)
+        if previous != manifest:
+            differ = sorted(k for k in manifest if previous.get(k) != manifest[k])
+            raise ValueError(
+                f"{out_dir} holds embeddings of something else (differs in {', '.join(differ)}); "
+                "remove the folder or choose another output"
+            )
+    else:
+        write_atomic(path, json.dumps(manifest, indent=2, sort_keys=True))
+    count = manifest["shards"]
+    mine = [i for i in range(count) if i % process_count == process_index]
+    todo = [i for i in mine if not os.path.exists(_shard_path(out_dir, i, count))]
+    if len(todo) < len(mine):
+        log.info("%s: %d of this process's %d shards already in %s", description, len(mine) - len(todo), len(mine),
+                 out_dir)  # fmt: skip
+    rows = sum(min(shard_size, len(ids) - i * shard_size) for i in todo)
+    with tqdm(total=rows, desc=description, unit="text", disable=not sys.stderr.isatty(), mininterval=5) as bar:
+        for i in todo:
+            lo, hi = i * shard_size, min((i + 1) * shard_size, len(ids))
+            embeddings = np.asarray(encode(texts[lo:hi]), np.float32)
+            if len(embeddings) != hi - lo or not np.isfinite(embeddings).all():
+                raise ValueError(f"{description}: shard {i} has non-finite or missing embeddings; nothing written")
+            with atomic_open(_shard_path(out_dir, i, count)) as f:
+                np.savez(f, embeddings=embeddings, ids=np.asarray(ids[lo:hi], dtype=str))
+            bar.update(hi - lo)
+    return todo
+
+
+def load_shards(out_dir: str) -> tuple[list[str], np.ndarray]:
+    """(ids, embeddings [N, P] float32) in the original order; FileNotFoundError naming the missing
+    shards when an encoding is incomplete."""
+    path = os.path.join(out_dir, MANIFEST)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: {out_dir} is not an embedding folder (samtone encode writes one)")
+    with open(path) as f:
+        manifest = json.load(f)
+    count = manifest["shards"]
+    missing = [i for i in range(count) if not os.path.exists(_shard_path(out_dir, i, count))]
+    if missing:
+        raise FileNotFoundError(
+            f"{out_dir}: {len(missing)} of {count} shards missing (first: {missing[:5]}); the encoding is "
+            "incomplete: rerun the same command to finish it"
+        )
+    stale = set(glob.glob(os.path.join(out_dir, "shard-*.npz"))) - {
+        _shard_path(out_dir, i, count) for i in range(count)
+    }
+    if stale:
+        raise ValueError(f"{out_dir} has shard files of another shard layout: {sorted(stale)[:3]}")
+    ids, parts = [], []
+    for i in range(count):
+        with np.load(_shard_path(out_dir, i, count)) as shard:
+            ids.extend(shard["ids"].tolist())
+            parts.append(shard["embeddings"])
+    if len(ids) != manifest["rows"]:
+        raise ValueError(f"{out_dir}: shards hold {len(ids)} rows, the manifest says {manifest['rows']}")
+    return ids, np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)

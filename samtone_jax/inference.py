@@ -1,0 +1,147 @@
+"""`samtone_jax.load(path)`: a trained dual encoder as an object that embeds text.
+
+    encoder = samtone_jax.load("runs/demo")           # a MODEL_DIR: its latest checkpoint
+    q = encoder.encode_queries(["what is a dog?"])    # [1, P] float32, L2-normalised
+    d = encoder.encode_documents(["a domestic canine"])
+    scores = q @ d.T
+
+`path` may be a MODEL_DIR (config.gin + checkpoints/<step>/), one of its step directories
+(MODEL_DIR/checkpoints/<step>), or a parameter checkpoint written by `samtone import-checkpoint`
+(model.gin + params/). The SentencePiece vocabulary comes from, in order: the `vocabulary`
+argument, DIR/vocab.model (train copies a local vocabulary there), the run's
+`train.vocabulary`, T5's public vocabulary when the run named none.
+"""
+
+from __future__ import annotations
+
+import os
+
+import gin
+import numpy as np
+
+from samtone_jax.data import vocab as vocab_lib
+from samtone_jax.evaluation.encode import TextEncoder
+
+VOCAB_FILE = "vocab.model"
+
+
+class Encoder:
+    """Embeds text with a trained DualEncoder: batching, tokenisation, sharding over `mesh`."""
+
+    def __init__(self, model, params, vocabulary, query_length: int = 64, doc_length: int = 128,
+                 batch_size: int = 256, mesh=None, step: int | None = None, source: str | None = None):  # fmt: skip
+        if isinstance(vocabulary, str):
+            vocabulary = vocab_lib.vocabulary(vocabulary)
+        self.model, self.vocabulary = model, vocabulary
+        self.query_length, self.doc_length = query_length, doc_length
+        self.step, self.source = step, source
+        self._encoder = TextEncoder(model, params, vocabulary, mesh, batch_size)
+
+    @property
+    def params(self):
+        return self._encoder.params
+
+    @property
+    def mesh(self):
+        return self._encoder.mesh
+
+    @property
+    def architecture(self) -> str:
+        return self.model.architecture
+
+    def encode_queries(self, texts: list[str], progress=None) -> np.ndarray:
+        """[N, P] float32, L2-normalised query embeddings (texts truncated to query_length tokens)."""
+        return self._encoder.encode(list(texts), self.query_length, "query", progress)
+
+    def encode_documents(self, texts: list[str], progress=None) -> np.ndarray:
+        """[N, P] float32, L2-normalised document embeddings (truncated to doc_length tokens)."""
+        return self._encoder.encode(list(texts), self.doc_length, "document", progress)
+
+    def __repr__(self) -> str:
+        return (f"Encoder({self.architecture}, step={self.step}, query_length={self.query_length}, "
+                f"doc_length={self.doc_length}, source={self.source!r})")  # fmt: skip
+
+
+def _bound(name: str, default=None):
+    """The value gin has bound to `name` ('train.vocabulary'), macros evaluated, else `default`."""
+    try:
+        value = gin.query_parameter(name)
+    except ValueError:
+        return default
+    if isinstance(value, gin.config.ConfigurableReference):
+        value = value.scoped_configurable_fn()
+    return value
+
+
+def checkpoint_steps(model_dir: str) -> list[int]:
+    """The steps saved under MODEL_DIR/checkpoints, ascending."""
+    directory = os.path.join(model_dir, "checkpoints")
+    return sorted(int(d) for d in os.listdir(directory) if d.isdigit()) if os.path.isdir(directory) else []
+
+
+def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
+    """(kind 'train' | 'params', the directory holding the gin config, step) for `path`."""
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path} does not exist (expected a MODEL_DIR or a checkpoint directory)")
+    if os.path.isdir(os.path.join(path, "state")) and os.path.basename(path).isdigit():  # MODEL_DIR/checkpoints/N
+        if step is not None and step != int(os.path.basename(path)):
+            raise ValueError(f"{path} is the checkpoint of step {os.path.basename(path)}, not step {step}")
+        return "train", os.path.dirname(os.path.dirname(path)), int(os.path.basename(path))
+    if os.path.isdir(os.path.join(path, "checkpoints")):
+        steps = checkpoint_steps(path)
+        if not steps:
+            raise FileNotFoundError(f"no checkpoint in {path}/checkpoints: train first (samtone train)")
+        if step is not None and step not in steps:
+            raise FileNotFoundError(f"no checkpoint for step {step} in {path}/checkpoints; available: {steps}")
+        return "train", path, steps[-1] if step is None else step
+    if os.path.isdir(os.path.join(path, "params")):
+        return "params", path, None
+    raise FileNotFoundError(
+        f"{path} is not a samtone checkpoint: expected a MODEL_DIR (checkpoints/), a step directory "
+        "(checkpoints/<step>/state) or a parameter checkpoint (params/ + model.gin)"
+    )
+
+
+def _vocabulary_path(directory: str, explicit: str | None) -> str | None:
+    if explicit:
+        return explicit
+    local = os.path.join(directory, VOCAB_FILE)
+    if os.path.exists(local):
+        return local
+    named = _bound("train.vocabulary")
+    if named and "://" not in named and not os.path.exists(named):
+        raise FileNotFoundError(
+            f"the vocabulary of {directory} was not found: looked for {local} and for train.vocabulary={named!r} "
+            f"(relative to {os.getcwd()}); pass vocabulary=PATH (CLI: --vocabulary)"
+        )
+    return named  # None: T5's public vocabulary
+
+
+def load(path: str, *, step: int | None = None, vocabulary: str | None = None, query_length: int | None = None,
+         doc_length: int | None = None, batch_size: int = 256, mesh=None) -> Encoder:  # fmt: skip
+    """An `Encoder` for the checkpoint at `path` (see the module docstring for what `path` may be).
+
+    Query / document lengths default to the run's `train.query_length` / `train.doc_length`.
+    Note: this re-parses the checkpoint's gin config into gin's global configuration.
+    """
+    from samtone_jax import gin_utils
+    from samtone_jax.checkpoints import load_model_gin, load_params
+    from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+
+    kind, directory, step = resolve(path, step)
+    if kind == "train":
+        config = os.path.join(directory, "config.gin")
+        if not os.path.exists(config):
+            raise FileNotFoundError(f"{config} not found: {directory} has checkpoints but no gin config")
+        with open(config) as f:
+            model = gin_utils.model_from_gin_text(f.read())
+        params = restore_on_one_device(os.path.join(directory, "checkpoints", str(step), "state"))["params"]
+    else:
+        model = gin_utils.model_from_gin_text(load_model_gin(directory))
+        params = load_params(directory)
+    vocabulary = _vocabulary_path(directory, vocabulary)
+    query_length = query_length or _bound("train.query_length", 64)
+    doc_length = doc_length or _bound("train.doc_length", 128)
+    return Encoder(model, params, vocab_lib.vocabulary(vocabulary), query_length, doc_length, batch_size, mesh,
+                   step=step, source=directory)  # fmt: skip

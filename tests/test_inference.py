@@ -1,0 +1,157 @@
+"""samtone_jax.load, sharded text encoding, resumable embedding shards, and `samtone encode`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+import samtone_jax
+from samtone_jax import cli, partitioning
+from samtone_jax.data import pipeline
+from samtone_jax.evaluation import embedding_store
+
+TEXTS = [
+    "a dog barked at the mailman",
+    "the bank of the river was muddy",
+    "",
+    "x " * 40,  # longer than any length below: truncated
+    "an animal that lives in water",
+]
+
+
+def test_load_model_dir_step_dir_and_direct_apply_agree(trained_run):
+    encoder = samtone_jax.load(str(trained_run))
+    assert encoder.step == 2 and encoder.architecture == "sde"
+    assert (encoder.query_length, encoder.doc_length) == (8, 12)  # the run's train.* lengths
+    q, d = encoder.encode_queries(TEXTS), encoder.encode_documents(TEXTS)
+    assert q.shape == d.shape == (5, 32) and q.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(q, axis=1), 1.0, rtol=1e-5)  # the empty text is [EOS]
+    # The same numbers by hand: tokenise, apply the model's query method.
+    tokens, truncated = pipeline.encode_texts(encoder.vocabulary, TEXTS, 8)
+    assert truncated[3]
+    by_hand = encoder.model.apply({"params": encoder.params}, tokens, method=encoder.model.encode_queries)
+    np.testing.assert_allclose(q, np.asarray(by_hand), rtol=1e-5, atol=1e-6)
+    step_dir = samtone_jax.load(str(trained_run / "checkpoints" / "2"))
+    np.testing.assert_array_equal(step_dir.encode_documents(TEXTS), d)
+
+
+def test_encoding_sharded_over_eight_devices_equals_one_device(trained_run):
+    if jax.device_count() < 8:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    single = samtone_jax.load(str(trained_run), batch_size=3)
+    sharded = samtone_jax.load(str(trained_run), batch_size=5, mesh=partitioning.create_mesh())
+    assert sharded._encoder.batch_size == 8  # rounded up to the data devices
+    texts = TEXTS * 4
+    np.testing.assert_allclose(sharded.encode_queries(texts), single.encode_queries(texts), rtol=1e-5, atol=1e-6)
+
+
+def test_load_errors_say_what_is_missing_and_where(trained_run, tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        samtone_jax.load(str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="not a samtone checkpoint"):
+        samtone_jax.load(str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint for step 7 .*available: \[2\]"):
+        samtone_jax.load(str(trained_run), step=7)
+    copy = tmp_path / "copy"
+    shutil.copytree(trained_run, copy)
+    os.remove(copy / "vocab.model")
+    config = (copy / "config.gin").read_text()
+    (copy / "config.gin").write_text(config.replace("train.vocabulary = '", "train.vocabulary = '/missing"))
+    with pytest.raises(FileNotFoundError, match="vocab.model and for train.vocabulary='/missing"):
+        samtone_jax.load(str(copy))
+
+
+class _CountingEncoder:
+    """Embeds text by a fixed hash; counts calls, and can die after `fail_after` calls."""
+
+    def __init__(self, fail_after=None):
+        self.calls, self.fail_after = 0, fail_after
+
+    def __call__(self, texts):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise KeyboardInterrupt("simulated kill")
+        self.calls += 1
+        return np.stack([np.random.default_rng(sum(map(ord, t))).standard_normal(4) for t in texts]).astype(np.float32)
+
+
+def test_encoding_resumes_after_a_kill_without_recomputing_finished_shards(tmp_path):
+    ids = [f"d{i:03d}" for i in range(50)]
+    texts = [f"text number {i}" for i in range(50)]
+    out = str(tmp_path / "emb")
+    killed = _CountingEncoder(fail_after=3)
+    with pytest.raises(KeyboardInterrupt):
+        embedding_store.encode_to_shards(killed, ids, texts, out, shard_size=8, fingerprint={"step": 1})
+    assert sorted(f for f in os.listdir(out) if f.startswith("shard")) == [
+        f"shard-{i:05d}-of-00007.npz" for i in range(3)
+    ]  # three complete shards, no partial file
+    with pytest.raises(FileNotFoundError, match="4 of 7 shards missing"):
+        embedding_store.load_shards(out)
+    resumed = _CountingEncoder()
+    done = embedding_store.encode_to_shards(resumed, ids, texts, out, shard_size=8, fingerprint={"step": 1})
+    assert done == [3, 4, 5, 6] and resumed.calls == 4
+    got_ids, got = embedding_store.load_shards(out)
+    assert got_ids == ids
+    np.testing.assert_array_equal(got, _CountingEncoder()(texts))
+    with pytest.raises(ValueError, match="differs in fingerprint"):
+        embedding_store.encode_to_shards(resumed, ids, texts, out, shard_size=8, fingerprint={"step": 2})
+    with pytest.raises(ValueError, match="differs in shard_size, shards"):
+        embedding_store.encode_to_shards(resumed, ids, texts, out, shard_size=16, fingerprint={"step": 1})
+
+
+def test_each_process_encodes_only_its_share(tmp_path):
+    ids, texts = [str(i) for i in range(30)], [f"t{i}" for i in range(30)]
+    shares = [
+        embedding_store.encode_to_shards(
+            _CountingEncoder(), ids, texts, str(tmp_path), shard_size=7, process_index=p, process_count=2
+        )  # fmt: skip
+        for p in range(2)
+    ]
+    assert shares == [[0, 2, 4], [1, 3]]
+    assert embedding_store.load_shards(str(tmp_path))[0] == ids
+
+
+def test_non_finite_embeddings_are_refused_and_nothing_is_written(tmp_path):
+    def broken(texts):
+        return np.full((len(texts), 4), np.nan, np.float32)
+
+    with pytest.raises(ValueError, match="shard 0 has non-finite"):
+        embedding_store.encode_to_shards(broken, ["a"], ["x"], str(tmp_path), shard_size=4)
+    assert not [f for f in os.listdir(tmp_path) if f.startswith("shard")]
+
+
+def test_encode_command_writes_queries_and_documents_and_reruns_as_a_no_op(trained_run, wordnet_data, monkeypatch):
+    from samtone_jax import tasks
+
+    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
+    argv = ["encode", f"--checkpoint={trained_run}", "--task=wordnet_definitions", "--split=all", "--shard_size=5"]
+    assert cli.main(argv) == 0
+    out = trained_run / "embeddings" / "wordnet_definitions_all_step2"
+    collection = tasks.load("wordnet_definitions", "all")
+    ids, docs = embedding_store.load_shards(str(out / "documents"))
+    assert ids == sorted(collection.corpus)
+    expected = samtone_jax.load(str(trained_run)).encode_documents([collection.corpus[i] for i in ids])
+    np.testing.assert_allclose(docs, expected, rtol=1e-5, atol=1e-6)
+    manifest = json.loads((out / "queries" / "manifest.json").read_text())
+    assert manifest["rows"] == len(collection.queries) and manifest["fingerprint"]["side"] == "query"
+    stamps = {f: os.stat(out / "queries" / f).st_mtime_ns for f in os.listdir(out / "queries")}
+    assert cli.main(argv) == 0
+    assert {f: os.stat(out / "queries" / f).st_mtime_ns for f in os.listdir(out / "queries")} == stamps
+
+
+def test_atomic_open_leaves_the_old_file_or_the_new_one_never_a_mix(tmp_path):
+    from samtone_jax.atomic_file import atomic_open, write_atomic
+
+    path = tmp_path / "out.txt"
+    write_atomic(str(path), "old")
+    with pytest.raises(RuntimeError), atomic_open(str(path), "w") as f:
+        f.write("half of the new")
+        raise RuntimeError("killed mid-write")
+    assert path.read_text() == "old" and os.listdir(tmp_path) == ["out.txt"]
+    write_atomic(str(path), b"new")
+    assert path.read_text() == "new" and os.listdir(tmp_path) == ["out.txt"]
