@@ -185,17 +185,28 @@ def train(
     eval_every: int = 0,
     eval_split: str | None = None,
     eval_batches: int = 4,
+    retrieval_eval_task: str | None = None,
+    retrieval_eval_split: str = "test",
 ) -> dict:
     """Train until `train_steps` (resuming from MODEL_DIR); returns the last logged metrics.
 
     batch_size is the *global* batch: each of the jax.process_count() hosts feeds batch_size /
-    process_count examples (its own shard of the data).
+    process_count examples (its own shard of the data). Every `eval_every` steps: in-batch loss
+    metrics on `eval_split` and/or retrieval metrics over `retrieval_eval_task`/`retrieval_eval_split`
+    (samtone_jax/evaluation/train_hook.py; gin RetrievalEval.max_queries, RetrievalEval.k).
     """
     from samtone_jax.data import pipeline
     from samtone_jax.tasks import registration
 
-    if eval_every and not eval_split:
-        raise ValueError("train.eval_every is set but train.eval_split is not: name a held-out split to evaluate on")
+    if eval_every and not (eval_split or retrieval_eval_task):
+        raise ValueError(
+            "train.eval_every is set but neither train.eval_split nor train.retrieval_eval_task is: name a held-out "
+            "split to evaluate on"
+        )
+    if (eval_split or retrieval_eval_task) and not eval_every:
+        raise ValueError(
+            "train.eval_split / train.retrieval_eval_task need train.eval_every > 0 (how often to evaluate)"
+        )
     model = gin_utils.model()
     tx, schedule = adafactor(train_steps=train_steps)
     mesh = partitioning.create_mesh()
@@ -227,7 +238,14 @@ def train(
     batches = dataset(task, split, start_batch=start).as_numpy_iterator()
 
     step_fn = jax.jit(make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size), donate_argnums=0)
-    eval_fn = jax.jit(make_eval_step(model, mesh)) if eval_every else None
+    eval_fn = jax.jit(make_eval_step(model, mesh)) if eval_split else None
+    retrieval_eval = None
+    if retrieval_eval_task:
+        from samtone_jax.data import vocab as vocab_lib
+        from samtone_jax.evaluation.train_hook import RetrievalEval
+
+        retrieval_eval = RetrievalEval(model, mesh, vocab_lib.vocabulary(vocabulary), retrieval_eval_task,
+                                       retrieval_eval_split, query_length, doc_length)  # fmt: skip
     progress = ProgressLogger(model_dir, train_steps, batch_size, log_every, checkpointer)
     sigterm, previous_handler = _install_sigterm_flag()
     metrics = {}
@@ -237,8 +255,13 @@ def train(
             state, step_metrics = step_fn(state, batch)
             progress.record(step + 1, step_metrics)  # raises on a non-finite loss, naming the checkpoint
             checkpointer.maybe_save(step + 1, state)
-            if eval_fn and (step + 1) % eval_every == 0:
-                progress.write_eval(step + 1, _evaluate(eval_fn, state, dataset, task, eval_split, mesh, eval_batches))
+            if eval_every and (step + 1) % eval_every == 0:
+                results = {}
+                if eval_fn:
+                    results.update(_evaluate(eval_fn, state, dataset, task, eval_split, mesh, eval_batches))
+                if retrieval_eval:
+                    results.update(retrieval_eval(state["params"]))
+                progress.write_eval(step + 1, results)
             if sigterm["set"]:
                 checkpointer.save(step + 1, state, force=True)
                 log.warning("preempted: saved step %d; rerun the same command to resume", step + 1)

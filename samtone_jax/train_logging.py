@@ -72,7 +72,10 @@ class ProgressLogger:
 
     def write_eval(self, step: int, metrics: dict) -> None:
         self.eval_writer.write_scalars(step, {f"eval/{k}": v for k, v in metrics.items()})
-        print(f"eval step {step} | loss {metrics['loss']:.4f} | acc {metrics['accuracy']:.3f}", flush=True)
+        shown = [k for k in ("loss", "accuracy") if k in metrics] + sorted(
+            k for k in metrics if k.startswith("retrieval/")
+        )
+        print(f"eval step {step} | " + " | ".join(f"{k} {metrics[k]:.4f}" for k in shown), flush=True)
 
     def close(self) -> None:
         try:

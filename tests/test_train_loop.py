@@ -183,6 +183,11 @@ def test_missing_macro_and_gin_typo_fail_before_compilation(capsys):
 
 
 def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, squad_dev):
+    """Also: the in-training retrieval evaluation equals `samtone eval` of the saved checkpoint."""
+    import json
+
+    from samtone_jax.evaluation import run as eval_run
+
     vocab_path = squad_dev
     gin_utils.parse(
         ["models/t5_1_1_tiny.gin", "architectures/sde.gin", "losses/samtone_query.gin"],
@@ -191,26 +196,35 @@ def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, squad_dev):
             "train.task = 'multireqa_squad_dev'", "train.train_steps = 120", "train.batch_size = 32",
             "train.query_length = 24", "train.doc_length = 48", f"train.vocabulary = '{vocab_path}'",
             "train.log_every = 20", "train.checkpoint_every = 1000", "adafactor.learning_rate = 1e-2",
-            "train.eval_every = 120", "train.eval_split = 'test'",
+            "train.eval_every = 60", "train.eval_split = 'test'",
+            "train.retrieval_eval_task = 'multireqa_squad_dev'", "train.retrieval_eval_split = 'test'",
         ],
     )  # fmt: skip
     train.train()
+    hook = _series(tmp_path / "run" / "eval", "eval/retrieval/RR")
+    assert len(hook) == 2  # steps 60 and 120
+    gin_utils.parse([], [f"evaluate.model_dir = '{tmp_path / 'run'}'", "evaluate.task = 'multireqa_squad_dev'"])
+    offline = eval_run.evaluate()
+    assert json.load(open(tmp_path / "run" / "eval" / "multireqa_squad_dev_test_step120.json"))["queries"] == 2000
+    assert hook[-1] == pytest.approx(offline["RR"], abs=1e-4)
+    assert offline["RR"] > 10 * sum(1 / r for r in range(1, 10643)) / 10642  # far above a random ranking
     lines = _losses_and_acc((tmp_path / "run").as_posix())
     (first_loss, first_acc), (last_loss, last_acc) = lines[0], lines[-1]
     # Measured here: loss 3.60 -> 2.84, in-batch accuracy 0.23 -> 0.37 (batch 32: chance is 0.03).
     assert last_loss < first_loss - 0.4 and last_acc > first_acc + 0.08, lines
 
 
-def _losses_and_acc(model_dir):
-    """(loss, accuracy) per logged step, read back from the TensorBoard events."""
+def _series(directory, tag):
+    """The values of one TensorBoard scalar in `directory`, in step order."""
     import tensorflow as tf
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(os.path.join(model_dir, "train"))
+    events = EventAccumulator(str(directory))
     events.Reload()
-    tag = {t.split("/")[-1]: t for t in events.Tags()["tensors"]}
+    return [float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)]
 
-    def series(name):
-        return [float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors(tag[name])]
 
-    return list(zip(series("loss"), series("accuracy"), strict=True))
+def _losses_and_acc(model_dir):
+    """(loss, accuracy) per logged step, read back from the TensorBoard events."""
+    train_dir = os.path.join(model_dir, "train")
+    return list(zip(_series(train_dir, "loss"), _series(train_dir, "accuracy"), strict=True))

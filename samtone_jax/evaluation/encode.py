@@ -1,8 +1,9 @@
 """Encode texts with a dual encoder in fixed-size batches sharded over a mesh's 'data' axis.
 
-One compilation per (side, batch size, length): the last batch is padded to the compiled shape.
-With a mesh, each batch is split over the 'data' devices and the parameters are laid out by the
-partitioning rules (replicated on a pure data-parallel mesh), so encoding uses every local device.
+One compilation per (model, side, batch shape): the last batch is padded to the compiled shape.
+With a mesh, each batch is split over the 'data' devices (of every process: each fills its own
+devices' rows, and the embeddings are gathered back to every process) and the parameters are
+laid out by the partitioning rules, so encoding uses every device the mesh holds.
 """
 
 from __future__ import annotations
@@ -21,48 +22,57 @@ from samtone_jax.models import init_params
 SIDES = ("query", "document")
 
 
+@functools.cache
+def _compiled(model, side: str):
+    """One jitted apply per (model, side), shared by every TextEncoder of that model (the training
+    hook re-encodes with new parameters without recompiling)."""
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    method = model.encode_queries if side == "query" else model.encode_documents
+    return jax.jit(functools.partial(model.apply, method=method))
+
+
 class TextEncoder:
-    """Compiled, sharded text -> embedding for one model and parameter set."""
+    """Compiled, sharded text -> embedding for one model (parameters fixed, or given per call)."""
 
     def __init__(self, model, params, vocabulary, mesh=None, batch_size: int = 256):
         self.model, self.vocabulary, self.mesh = model, vocabulary, mesh
         devices = 1 if mesh is None else mesh.shape["data"]
         self.batch_size = -(-max(batch_size, 1) // devices) * devices  # a multiple of the data devices
-        if mesh is None:
-            self.params, self._tokens_sharding = params, None
-        else:
-            boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
-            shardings = partitioning.param_shardings(mesh, boxed)
-            self.params = jax.device_put(params, shardings)
-            self._tokens_sharding = NamedSharding(mesh, P("data"))
-        self._apply = {}
+        self._tokens_sharding = None if mesh is None else NamedSharding(mesh, P("data"))
+        self.params = None if params is None else self.place(params)
 
-    def _compiled(self, side: str):
-        if side not in SIDES:
-            raise ValueError(f"side must be one of {SIDES}, got {side!r}")
-        if side not in self._apply:
-            method = self.model.encode_queries if side == "query" else self.model.encode_documents
-            self._apply[side] = jax.jit(functools.partial(self.model.apply, method=method))
-        return self._apply[side]
+    def place(self, params):
+        """`params` laid out on the mesh by the partitioning rules (a no-op for arrays already there)."""
+        if self.mesh is None:
+            return params
+        boxed = jax.eval_shape(lambda: init_params(self.model, jax.random.PRNGKey(0)))
+        return jax.device_put(params, partitioning.param_shardings(self.mesh, boxed))
 
-    def encode_tokens(self, tokens: np.ndarray, side: str) -> np.ndarray:
-        """tokens [N, L] int32 (N <= batch_size) -> [N, P] float32 L2-normalised."""
+    def encode_tokens(self, tokens: np.ndarray, side: str, params=None) -> np.ndarray:
+        """tokens [N, L] int32 (N <= batch_size, the same on every process) -> [N, P] float32."""
         n = len(tokens)
-        if n < self.batch_size:  # pad to the compiled shape (all-padding rows embed to zeros)
+        if n < self.batch_size:  # pad to the compiled shape (padding rows are dropped below)
             tokens = np.concatenate([tokens, np.zeros((self.batch_size - n, tokens.shape[1]), tokens.dtype)])
         if self._tokens_sharding is not None:
-            tokens = jax.device_put(tokens, self._tokens_sharding)
-        return np.asarray(self._compiled(side)({"params": self.params}, tokens))[:n]
+            tokens = jax.make_array_from_callback(tokens.shape, self._tokens_sharding, lambda index: tokens[index])
+        out = _compiled(self.model, side)({"params": self.params if params is None else params}, tokens)
+        if not out.is_fully_addressable:  # a multi-process mesh: every process gets all rows
+            from jax.experimental import multihost_utils
 
-    def encode(self, texts: list[str], length: int, side: str, progress=None) -> np.ndarray:
+            out = multihost_utils.process_allgather(out, tiled=True)
+        return np.asarray(out)[:n]
+
+    def encode(self, texts: list[str], length: int, side: str, progress=None, params=None) -> np.ndarray:
         """[N, P] float32 L2-normalised embeddings of `texts` on the `side` tower; `progress(n)` is
         called after each batch with the number of texts done in it."""
+        return self.encode_all(tokenize(self.vocabulary, list(texts), length)[0], side, progress, params)
+
+    def encode_all(self, tokens: np.ndarray, side: str, progress=None, params=None) -> np.ndarray:
+        """tokens [N, L] (any N) -> [N, P], batch by batch."""
         out = []
-        for start in range(0, len(texts), self.batch_size):
-            tokens, _ = tokenize(self.vocabulary, texts[start : start + self.batch_size], length)
-            out.append(self.encode_tokens(tokens, side))
+        for start in range(0, len(tokens), self.batch_size):
+            out.append(self.encode_tokens(tokens[start : start + self.batch_size], side, params))
             if progress is not None:
-                progress(len(tokens))
-        if not out:
-            return np.zeros((0, 0), np.float32)
-        return np.concatenate(out)
+                progress(len(out[-1]))
+        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)

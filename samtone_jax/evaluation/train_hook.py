@@ -1,0 +1,54 @@
+"""Retrieval metrics during training: every `train.eval_every` steps, the current parameters
+retrieve over a held-out split (`train.retrieval_eval_task` / `retrieval_eval_split`).
+
+The collection is loaded and tokenised once (cached for the whole run); each evaluation encodes
+the cached tokens on the training mesh with the live parameters (no checkpoint round trip, no
+recompilation), searches exactly, and returns ir-measures metrics to log as `retrieval/<name>`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import gin
+
+from samtone_jax.data.pipeline import encode_texts as tokenize
+from samtone_jax.evaluation import metrics, search
+from samtone_jax.evaluation.encode import TextEncoder
+
+log = logging.getLogger(__name__)
+
+
+@gin.configurable
+class RetrievalEval:
+    """Callable params -> {'retrieval/P@1': ..., 'retrieval/RR': ..., ...} on a fixed query sample."""
+
+    def __init__(self, model, mesh, vocabulary, task: str, split: str, query_length: int, doc_length: int,
+                 max_queries: int | None = 2000, k: int = 100, batch_size: int = 256):  # fmt: skip
+        from samtone_jax import tasks
+
+        collection = tasks.load(task, split)
+        if not collection.queries or not collection.corpus:
+            raise ValueError(f"train.retrieval_eval_task={task!r} split {split!r} has no queries or no documents")
+        query_ids = sorted(q for q in collection.queries if collection.qrels.get(q))
+        if max_queries and len(query_ids) > max_queries:  # an evenly spaced, fixed sample
+            query_ids = query_ids[:: len(query_ids) // max_queries][:max_queries]
+        self.query_ids, self.doc_ids = query_ids, sorted(collection.corpus)
+        self.qrels = {q: collection.qrels[q] for q in query_ids}
+        self.query_tokens = tokenize(vocabulary, [collection.queries[q] for q in query_ids], query_length)[0]
+        self.doc_tokens = tokenize(vocabulary, [collection.corpus[d] for d in self.doc_ids], doc_length)[0]
+        self.encoder = TextEncoder(model, None, vocabulary, mesh, batch_size)
+        self.k, self.name = min(k, len(self.doc_ids)), f"{task}/{split}"
+        self.measures = metrics.measures_for_depth(self.k)
+        log.info("retrieval eval on %s: %d queries, %d documents", self.name, len(query_ids), len(self.doc_ids))
+
+    def __call__(self, params) -> dict[str, float]:
+        start = time.time()
+        q = self.encoder.encode_all(self.query_tokens, "query", params=params)
+        d = self.encoder.encode_all(self.doc_tokens, "document", params=params)
+        scores, indices = search.exact_top_k(q, d, self.k)
+        run = metrics.run_from_top_k(self.query_ids, self.doc_ids, scores, indices)
+        results = {f"retrieval/{m}": v for m, v in metrics.evaluate(self.qrels, run, self.measures).items()}
+        results["retrieval/seconds"] = time.time() - start
+        return results
