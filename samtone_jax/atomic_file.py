@@ -1,4 +1,4 @@
-"""Files that are either complete or absent: write a temporary sibling, then rename it into place.
+"""Files and folders that are either complete or absent: write a temporary sibling, then rename it.
 
 Every output a killed job could leave half-written (vocabularies, embedding shards, eval JSON,
 TREC runs, figures, reports) goes through `atomic_open`, so a reader never sees a partial file.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import uuid
 
 
@@ -35,3 +36,22 @@ def write_atomic(path: str, data: bytes | str) -> str:
     with atomic_open(path, "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
     return path
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str, overwrite: bool = False):
+    """Yield a temporary sibling folder to fill; on success it replaces `path` (removed first when
+    `overwrite`), on any exception it is deleted. FileExistsError when `path` exists and not overwrite."""
+    path = os.path.abspath(path)
+    if os.path.exists(path) and not overwrite:
+        raise FileExistsError(f"{path} already exists; choose another destination or remove it first (--overwrite)")
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    os.makedirs(tmp)
+    try:
+        yield tmp
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -41,10 +41,22 @@ def _cmd_import_checkpoint(args, bindings) -> int:
     from samtone_jax import gin_utils
     from samtone_jax.checkpoints import import_params, save_params
 
-    gin_utils.parse(args.gin_file, args.gin_bindings + bindings)
+    gin_files = args.gin_file
+    exported_gin = os.path.join(args.src, "model.gin")
+    extra_bindings = []
+    if not gin_files and os.path.exists(exported_gin):  # a `samtone export` folder describes its model
+        import json
+
+        gin_files = [exported_gin]
+        exported = json.load(open(os.path.join(args.src, "samtone.json")))  # keep its lengths for samtone_jax.load
+        extra_bindings = [f"train.query_length = {exported['query_length']}",
+                          f"train.doc_length = {exported['doc_length']}"]  # fmt: skip
+    gin_utils.parse(gin_files, extra_bindings + args.gin_bindings + bindings)
     model = gin_utils.model()
     params, info = import_params(args.format, args.src, model, seed=args.seed)
-    out = save_params(args.dst, params, gin.config_str(), info, overwrite=args.overwrite)
+    vocabulary = os.path.join(args.src, "spiece.model")
+    extra = {"vocab.model": open(vocabulary, "rb").read()} if os.path.exists(vocabulary) else {}
+    out = save_params(args.dst, params, gin.config_str(), info, overwrite=args.overwrite, extra_files=extra)
     n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     print(
         f"imported {info['variables_used']} variables ({n:,} parameters, architecture "
@@ -150,6 +162,16 @@ def _cmd_analyze(args, bindings) -> int:
         print(f"{name}: median top-1 cosine {numbers['top1_cosine_median']:.4f}, "
               f"median similarity ratio {numbers['similarity_ratio_median']:.4f}")  # fmt: skip
     print(f"figures and report.md in {args.out}")
+    return 0
+
+
+def _cmd_export(args, bindings) -> int:
+    from samtone_jax.export import export
+
+    info = export(args.checkpoint, args.format, args.dst, step=args.step, vocabulary=args.vocabulary,
+                  overwrite=args.overwrite)  # fmt: skip
+    print(f"exported {info['architecture']} ({args.format}) to {args.dst}; embeddings equal ours on the probe texts "
+          f"(min cosine {info['min_cosine']:.7f})")  # fmt: skip
     return 0
 
 
@@ -263,6 +285,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_queries", type=int, default=None, help="analyse the first N queries by id")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=_cmd_analyze)
+
+    p = sub.add_parser("export", help="a sentence-transformers / Hugging Face folder of a trained model")
+    p.add_argument("--checkpoint", required=True, help="a MODEL_DIR, MODEL_DIR/checkpoints/<step> or parameter dir")
+    p.add_argument("--format", required=True, choices=["sentence-transformers", "hf"])
+    p.add_argument("--dst", required=True, help="output folder (written atomically)")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+    p.add_argument("--vocabulary", default=None, help="SentencePiece model (default: the run's)")
+    p.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
+    p.set_defaults(run=_cmd_export)
 
     p = sub.add_parser("compare", help="eval JSONs side by side with paired significance tests")
     p.add_argument("runs", nargs="+", help="eval JSON files (MODEL_DIR/eval/*.json); the first is the baseline")

@@ -84,3 +84,13 @@ def model_from_gin_text(text: str) -> _DualEncoder:
     except (ValueError, KeyError, SyntaxError, TypeError) as e:
         raise ValueError(f"saved gin config does not parse: {e}") from e
     return model()
+
+
+def model_gin(model: _DualEncoder) -> str:
+    """Gin bindings that rebuild exactly `model` (T5Config.* and DualEncoder.*), nothing else."""
+    import dataclasses
+
+    lines = [f"T5Config.{f.name} = {getattr(model.config, f.name)!r}" for f in dataclasses.fields(model.config)]
+    lines += [f"DualEncoder.{name} = {getattr(model, name)!r}"
+              for name in ("architecture", "projection_dim", "learnable_temperature")]  # fmt: skip
+    return "\n".join(lines) + "\n"

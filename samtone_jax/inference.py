@@ -6,10 +6,11 @@
     scores = q @ d.T
 
 `path` may be a MODEL_DIR (config.gin + checkpoints/<step>/), one of its step directories
-(MODEL_DIR/checkpoints/<step>), or a parameter checkpoint written by `samtone import-checkpoint`
-(model.gin + params/). The SentencePiece vocabulary comes from, in order: the `vocabulary`
-argument, DIR/vocab.model (train copies a local vocabulary there), the run's
-`train.vocabulary`, T5's public vocabulary when the run named none.
+(MODEL_DIR/checkpoints/<step>), a parameter checkpoint written by `samtone import-checkpoint`
+(model.gin + params/), or a folder written by `samtone export` (either format). The SentencePiece
+vocabulary comes from, in order: the `vocabulary` argument, DIR/vocab.model (train copies a local
+vocabulary there; an export has spiece.model), the run's `train.vocabulary`, T5's public vocabulary
+when the run named none.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.evaluation.encode import TextEncoder
 
 VOCAB_FILE = "vocab.model"
+EXPORT_JSON = "samtone.json"
 
 
 class Encoder:
@@ -97,9 +99,11 @@ def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
         return "train", path, steps[-1] if step is None else step
     if os.path.isdir(os.path.join(path, "params")):
         return "params", path, None
+    if os.path.exists(os.path.join(path, EXPORT_JSON)):
+        return "export", path, None
     raise FileNotFoundError(
         f"{path} is not a samtone checkpoint: expected a MODEL_DIR (checkpoints/), a step directory "
-        "(checkpoints/<step>/state) or a parameter checkpoint (params/ + model.gin)"
+        "(checkpoints/<step>/state), a parameter checkpoint (params/ + model.gin) or a `samtone export` folder"
     )
 
 
@@ -137,6 +141,17 @@ def load(path: str, *, step: int | None = None, vocabulary: str | None = None, q
         with open(config) as f:
             model = gin_utils.model_from_gin_text(f.read())
         params = restore_on_one_device(os.path.join(directory, "checkpoints", str(step), "state"))["params"]
+    elif kind == "export":
+        import json
+
+        from samtone_jax.checkpoints import import_params
+
+        info = json.load(open(os.path.join(directory, EXPORT_JSON)))
+        model = gin_utils.model_from_gin_text(load_model_gin(directory))
+        params, _ = import_params("hf", directory, model)
+        vocab = vocab_lib.vocabulary(vocabulary or os.path.join(directory, info["vocabulary"]), info["extra_ids"])
+        return Encoder(model, params, vocab, query_length or info["query_length"], doc_length or info["doc_length"],
+                       batch_size, mesh, step=info["source"].get("step"), source=directory)  # fmt: skip
     else:
         model = gin_utils.model_from_gin_text(load_model_gin(directory))
         params = load_params(directory)

@@ -108,20 +108,37 @@ def tiny_train_argv(model_dir, vocab_path, steps=2, architecture="sde", extra=()
     ]
 
 
+_TRAINED_RUNS: dict = {}
+
+
+def _trained(architecture, wordnet_data, tmp_path_factory):
+    """A MODEL_DIR of a tiny `architecture` model trained 2 steps in this process (once a session)."""
+    if architecture not in _TRAINED_RUNS:
+        from samtone_jax import cli
+
+        wn, vocab_path = wordnet_data
+        model_dir = tmp_path_factory.mktemp(f"trained_{architecture}") / "run"
+        previous = os.environ.get("WORDNET_DIR")
+        os.environ["WORDNET_DIR"] = str(wn)
+        try:
+            extra = ["--gin.PROJECTION_DIM=24"] if architecture != "sde" else []
+            assert cli.main(tiny_train_argv(model_dir, vocab_path, architecture=architecture, extra=extra)) == 0
+        finally:
+            if previous is None:
+                os.environ.pop("WORDNET_DIR")
+            else:
+                os.environ["WORDNET_DIR"] = previous
+        _TRAINED_RUNS[architecture] = model_dir
+    return _TRAINED_RUNS[architecture]
+
+
 @pytest.fixture(scope="session")
 def trained_run(wordnet_data, tmp_path_factory):
     """A MODEL_DIR of a tiny SDE trained 2 steps in this process on the wordnet_data fixture."""
-    from samtone_jax import cli
+    return _trained("sde", wordnet_data, tmp_path_factory)
 
-    wn, vocab_path = wordnet_data
-    model_dir = tmp_path_factory.mktemp("trained_run") / "run"
-    previous = os.environ.get("WORDNET_DIR")
-    os.environ["WORDNET_DIR"] = str(wn)
-    try:
-        assert cli.main(tiny_train_argv(model_dir, vocab_path)) == 0
-    finally:
-        if previous is None:
-            os.environ.pop("WORDNET_DIR")
-        else:
-            os.environ["WORDNET_DIR"] = previous
-    return model_dir
+
+@pytest.fixture(scope="session", params=["sde", "ade_spl", "ade"])
+def trained_any(request, wordnet_data, tmp_path_factory):
+    """(architecture, MODEL_DIR) for each architecture, trained 2 steps (projection 24 for two towers)."""
+    return request.param, _trained(request.param, wordnet_data, tmp_path_factory)

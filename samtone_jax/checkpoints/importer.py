@@ -7,6 +7,8 @@ else it is freshly initialised from `seed`.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +19,7 @@ from samtone_jax.checkpoints.source import CheckpointMismatchError, report_unuse
 from samtone_jax.models import DualEncoder, init_params
 from samtone_jax.models.dual_encoder import Projection
 
+EXPORT_JSON = "samtone.json"  # written by samtone_jax.export
 FORMATS = {"hf": hf.open_source, "t5x": t5x.open_source, "mtf": mtf.open_source}
 
 
@@ -39,13 +42,64 @@ def _projection(source, model: DualEncoder, expected, seed: int) -> np.ndarray:
     return np.asarray(nn.unbox(init)["params"]["kernel"])
 
 
+def _import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
+    """Parameters from a `samtone export` folder (its samtone.json says where each part is)."""
+    import json
+
+    from safetensors import safe_open
+
+    info = json.load(open(os.path.join(src, EXPORT_JSON)))
+    if info["architecture"] != model.architecture:
+        raise CheckpointMismatchError(
+            f"{src} holds an {info['architecture']} model but the gin config builds {model.architecture}: include "
+            f"architectures/{info['architecture']}.gin (or pass --gin_file={src}/model.gin)"
+        )
+    abstract = abstract_params(model)
+    towers, kernels, used_total = {}, {}, 0
+    for side in ("query", "document"):
+        folder = os.path.normpath(os.path.join(src, info["towers"][side]))
+        source = hf.open_source(folder, model.config)
+        towers[side], used = tower_from_source(
+            source, abstract["encoder" if model.architecture == "sde" else f"{side}_encoder"]
+        )
+        report_unused(source, used)
+        used_total += len(used) + 1
+        where = info["projections"][side]
+        with safe_open(os.path.join(src, where["file"]), framework="numpy") as f:
+            kernels[side] = np.array(f.get_tensor(where["tensor"]).T)  # stored [P, D] as torch's Linear
+    if model.architecture == "sde":
+        params = {"encoder": towers["query"], "projection": {"kernel": kernels["query"]}}
+    elif model.architecture == "ade_spl":
+        params = {"query_encoder": towers["query"], "document_encoder": towers["document"],
+                  "projection": {"kernel": kernels["query"]}}  # fmt: skip
+    else:
+        params = {"query_encoder": towers["query"], "document_encoder": towers["document"],
+                  "query_projection": {"kernel": kernels["query"]},
+                  "document_projection": {"kernel": kernels["document"]}}  # fmt: skip
+    expected = abstract["query_projection" if model.architecture == "ade" else "projection"]["kernel"].shape
+    if kernels["query"].shape != tuple(expected):
+        raise CheckpointMismatchError(
+            f"{src}: projection {kernels['query'].shape} but the model's is {tuple(expected)}; "
+            f"set DualEncoder.projection_dim = {kernels['query'].shape[1]}"
+        )
+    if "log_temperature" in abstract:
+        params["log_temperature"] = np.asarray(np.log(model.learnable_temperature), np.float32)
+    if model.architecture == "sde":
+        used_total //= 2  # both sides read the same tower and projection
+    return params, {"format": "hf", "source": src, "export": info, "variables_used": used_total,
+                    "unused_variables": []}  # fmt: skip
+
+
 def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tuple[dict, dict]:
     """Parameters for `model` from checkpoint `src` in format `fmt` ('hf' | 't5x' | 'mtf').
 
-    Returns (params: nested dict of numpy arrays, info: what was used / ignored).
+    An `hf` source may also be a `samtone export` folder (either format): both towers and the
+    projection(s) come back from it. Returns (params: nested dict of numpy arrays, info).
     """
     if fmt not in FORMATS:
         raise ValueError(f"--format={fmt!r}: must be one of {sorted(FORMATS)}")
+    if fmt == "hf" and os.path.exists(os.path.join(src, EXPORT_JSON)):
+        return _import_export(src, model)
     source = FORMATS[fmt](src, model.config)
     abstract = abstract_params(model)
     tower_key = "encoder" if model.architecture == "sde" else "query_encoder"

@@ -15,26 +15,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from samtone_jax.atomic_file import atomic_directory
 
 PARAMS_SUBDIR = "params"
 MODEL_GIN = "model.gin"
 INFO_JSON = "info.json"
 
 
-def save_params(directory: str, params, model_gin: str, info: dict | None = None, overwrite: bool = False) -> str:
-    """Write `params` (a pytree of arrays), `model_gin` and `info` to `directory` atomically."""
+def save_params(directory: str, params, model_gin: str, info: dict | None = None, overwrite: bool = False,
+                extra_files: dict[str, bytes] | None = None) -> str:  # fmt: skip
+    """Write `params` (a pytree of arrays), `model_gin`, `info` and `extra_files` ({name: bytes},
+    e.g. the vocabulary) to `directory` atomically."""
     directory = os.path.abspath(directory)
-    if os.path.exists(directory) and not overwrite:
-        raise FileExistsError(f"{directory} already exists; choose another --dst or remove it first")
-    tmp = f"{directory}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        os.makedirs(tmp)
+    with atomic_directory(directory, overwrite) as tmp:
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save(os.path.join(tmp, PARAMS_SUBDIR), jax.tree_util.tree_map(np.asarray, params))
         checkpointer.wait_until_finished()
@@ -42,12 +40,9 @@ def save_params(directory: str, params, model_gin: str, info: dict | None = None
             f.write(model_gin)
         with open(os.path.join(tmp, INFO_JSON), "w") as f:
             json.dump(info or {}, f, indent=2, sort_keys=True)
-        if os.path.exists(directory):
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        for name, data in (extra_files or {}).items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(data)
     return directory
 
 

@@ -1,0 +1,167 @@
+"""`samtone export`: a trained dual encoder as a Hugging Face or sentence-transformers folder.
+
+  --format=sentence-transformers   SentenceTransformer(DST) loads it offline and embeds like us
+  --format=hf                      T5EncoderModel folder(s) + projection.safetensors
+
+Both also hold `samtone.json` (where each tower and projection is, the lengths), `model.gin`,
+`spiece.model` and a model card (README.md), so `samtone_jax.load(DST)` and
+`samtone import-checkpoint --format=hf --src=DST` read them back. Everything is built in a
+temporary sibling folder and checked before it is renamed to DST: the tokenizer against
+SentencePiece on probe texts, and the exported model's embeddings against ours (cosine ≥
+MIN_COSINE), so a wrong export is never left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+
+import numpy as np
+
+from samtone_jax import __version__
+from samtone_jax.atomic_file import atomic_directory, write_atomic
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("sentence-transformers", "hf")
+EXPORT_JSON = "samtone.json"
+VOCAB_FILE = "spiece.model"
+MIN_COSINE = 0.9999
+
+
+def _towers_and_kernels(architecture: str, p) -> tuple[dict, dict]:
+    """({side: tower params}, {side: projection kernel [D, P]}); an SDE's sides share both."""
+    if architecture == "sde":
+        return {"query": p["encoder"], "document": p["encoder"]}, {"query": p["projection"]["kernel"],
+                                                                   "document": p["projection"]["kernel"]}  # fmt: skip
+    towers = {"query": p["query_encoder"], "document": p["document_encoder"]}
+    if architecture == "ade_spl":
+        return towers, {"query": p["projection"]["kernel"], "document": p["projection"]["kernel"]}
+    return towers, {"query": p["query_projection"]["kernel"], "document": p["document_projection"]["kernel"]}
+
+
+def _write_hf(tmp, encoder, towers, kernels, tokenizer) -> dict:
+    from safetensors.numpy import save_file
+
+    from samtone_jax.export.hf_weights import write_t5_encoder
+
+    shared = encoder.architecture == "sde"
+    dirs = {"query": ".", "document": "."} if shared else {"query": "query_encoder", "document": "document_encoder"}
+    for side in ("query", "document") if not shared else ("query",):
+        write_t5_encoder(towers[side], encoder.model.config, os.path.join(tmp, dirs[side]))
+    tokenizer.save_pretrained(tmp)
+    one_projection = encoder.architecture in ("sde", "ade_spl")
+    tensors = {"query": "linear.weight", "document": "linear.weight"} if one_projection else {
+        "query": "query.linear.weight", "document": "document.linear.weight"}  # fmt: skip
+    save_file({tensors[s]: np.ascontiguousarray(np.asarray(kernels[s], np.float32).T) for s in ("query", "document")},
+              os.path.join(tmp, "projection.safetensors"))  # fmt: skip
+    return {"towers": dirs,
+            "projections": {s: {"file": "projection.safetensors", "tensor": tensors[s]} for s in tensors}}  # fmt: skip
+
+
+def _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer) -> tuple[dict, object]:
+    from samtone_jax.export import sentence_transformers as st
+    from samtone_jax.export.hf_weights import write_t5_encoder
+
+    staging = os.path.join(tmp, ".towers")
+    sides = ("query",) if encoder.architecture == "sde" else ("query", "document")
+    dirs = {}
+    for side in sides:
+        dirs[side] = os.path.join(staging, side)
+        write_t5_encoder(towers[side], encoder.model.config, dirs[side])
+        tokenizer.save_pretrained(dirs[side])
+    dirs.setdefault("document", dirs["query"])
+    model = st.build(encoder.architecture, dirs, kernels, encoder.query_length, encoder.doc_length)
+    model.save(tmp)
+    shutil.rmtree(staging)
+    return _locate_st_weights(tmp, encoder.architecture), model
+
+
+def _locate_st_weights(folder: str, architecture: str) -> dict:
+    """Where sentence-transformers put each tower and Dense weight (read from its own config files)."""
+    modules = json.load(open(os.path.join(folder, "modules.json")))
+    if architecture == "sde":
+        transformer = next(m["path"] for m in modules if m["type"].endswith("Transformer"))
+        dense = next(m["path"] for m in modules if m["type"].endswith("Dense"))
+        towers = {"query": transformer or ".", "document": transformer or "."}
+        projections = {s: {"file": os.path.join(dense, "model.safetensors"), "tensor": "linear.weight"} for s in towers}
+        return {"towers": towers, "projections": projections}
+    router = next(m["path"] for m in modules if m["type"].endswith("Router"))
+    config = json.load(open(os.path.join(folder, router, "router_config.json")))
+    towers, projections = {}, {}
+    for side in ("query", "document"):
+        route = config["structure"][side]
+        towers[side] = os.path.join(router, next(m for m in route if config["types"][m].endswith("Transformer")))
+        dense = os.path.join(router, next(m for m in route if config["types"][m].endswith("Dense")))
+        projections[side] = {"file": os.path.join(dense, "model.safetensors"), "tensor": "linear.weight"}
+    return {"towers": towers, "projections": projections}
+
+
+def _check_embeddings(encoder, embed_queries, embed_documents, texts) -> float:
+    """The smallest cosine between ours and the export's embeddings over `texts` (both sides)."""
+    worst = 1.0
+    for ours, theirs in ((encoder.encode_queries(texts), embed_queries(texts)),
+                         (encoder.encode_documents(texts), embed_documents(texts))):  # fmt: skip
+        cos = np.sum(ours * np.asarray(theirs, np.float32), axis=1)
+        worst = min(worst, float(cos.min()))
+    if worst < MIN_COSINE:
+        raise ValueError(f"the exported model's embeddings differ from ours (min cosine {worst:.6f} < {MIN_COSINE}) "
+                         "on the probe texts; the export was not written")  # fmt: skip
+    return worst
+
+
+def export(checkpoint: str, fmt: str, dst: str, *, step: int | None = None, vocabulary: str | None = None,
+           overwrite: bool = False) -> dict:  # fmt: skip
+    """Export `checkpoint` (anything samtone_jax.load takes) to `dst`; returns samtone.json's content."""
+    from transformers.utils import logging as hf_logging
+
+    from samtone_jax import gin_utils, inference
+    from samtone_jax.export import tokenizer as tokenizer_lib
+    from samtone_jax.export.model_card import model_card
+
+    if fmt not in FORMATS:
+        raise ValueError(f"--format={fmt!r}: choose one of {FORMATS}")
+    dst = os.path.abspath(dst)
+    if os.path.exists(dst) and not overwrite:  # before the slow part
+        raise FileExistsError(f"{dst} already exists; choose another --dst or pass --overwrite")
+    hf_logging.disable_progress_bar()
+    encoder = inference.load(checkpoint, step=step, vocabulary=vocabulary)
+    if encoder.vocabulary.sp_model is None:  # seqio loads lazily: fail here, naming the file
+        raise FileNotFoundError(f"the vocabulary of {checkpoint} could not be read")
+    probes = tokenizer_lib.probe_texts()
+    tokenizer = tokenizer_lib.t5_tokenizer(encoder.vocabulary, max(encoder.query_length, encoder.doc_length))
+    for length in {encoder.query_length, encoder.doc_length}:
+        tokenizer_lib.check_parity(tokenizer, encoder.vocabulary, probes, length)
+    towers, kernels = _towers_and_kernels(encoder.architecture, encoder.params)
+    with atomic_directory(dst, overwrite) as tmp:
+        if fmt == "hf":
+            layout = _write_hf(tmp, encoder, towers, kernels, tokenizer)
+        else:
+            layout, model = _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer)
+        info = {"samtone_jax_version": __version__, "format": fmt, "architecture": encoder.architecture,
+                "query_length": encoder.query_length, "doc_length": encoder.doc_length,
+                "projection_dim": int(kernels["query"].shape[1]), "vocabulary": VOCAB_FILE,
+                "extra_ids": int(encoder.vocabulary.extra_ids), **layout,
+                "source": {"checkpoint": encoder.source, "step": encoder.step}}  # fmt: skip
+        write_atomic(os.path.join(tmp, VOCAB_FILE), encoder.vocabulary.sp_model)
+        write_atomic(os.path.join(tmp, "model.gin"), gin_utils.model_gin(encoder.model))
+        write_atomic(os.path.join(tmp, EXPORT_JSON), json.dumps(info, indent=2))
+        write_atomic(os.path.join(tmp, "README.md"), model_card(
+            architecture=encoder.architecture, config=encoder.model.config, projection_dim=info["projection_dim"],
+            fmt=fmt, query_length=encoder.query_length, doc_length=encoder.doc_length, run_dir=encoder.source,
+            step=encoder.step))  # fmt: skip
+        texts = probes[:40] + [" ".join(probes[40:60])]  # one text longer than any length: truncation checked
+        if fmt == "sentence-transformers":  # reloaded from disk, offline, as a user would
+            from sentence_transformers import SentenceTransformer
+
+            del model
+            reloaded = SentenceTransformer(tmp, device="cpu", local_files_only=True)
+            info["min_cosine"] = _check_embeddings(encoder, reloaded.encode_query, reloaded.encode_document, texts)
+        else:
+            reloaded = inference.load(tmp)
+            info["min_cosine"] = _check_embeddings(encoder, reloaded.encode_queries, reloaded.encode_documents, texts)
+        write_atomic(os.path.join(tmp, EXPORT_JSON), json.dumps(info, indent=2))
+    log.info("exported %s (%s) to %s; min cosine to ours %.7f", checkpoint, fmt, dst, info["min_cosine"])
+    return info

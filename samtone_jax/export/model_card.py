@@ -1,0 +1,90 @@
+"""The README.md (model card) of an export: what the model is, how it was trained, how it scores,
+and how to load it, from the checkpoint's run directory (config.gin, eval/*.json)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+_BINDING = re.compile(r"^([A-Za-z_][\w.]*)\s*=\s*(.+)$")
+
+
+def run_settings(run_dir: str) -> dict[str, str]:
+    """{gin name: value} from MODEL_DIR/config.gin with %MACROs resolved (empty without one)."""
+    path = os.path.join(run_dir, "config.gin")
+    if not os.path.exists(path):
+        return {}
+    bindings = {}
+    for line in open(path):
+        m = _BINDING.match(line.strip())
+        if m:
+            bindings[m.group(1)] = m.group(2)
+    return {k: bindings.get(v[1:], v) if v.startswith("%") else v for k, v in bindings.items()}
+
+
+def eval_results(run_dir: str) -> list[dict]:
+    """The eval JSONs under MODEL_DIR/eval (newest step per task/split)."""
+    latest = {}
+    for path in sorted(glob.glob(os.path.join(run_dir, "eval", "*.json"))):
+        try:
+            record = json.load(open(path))
+            key = (record["task"], record["split"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if key not in latest or record.get("step", 0) >= latest[key].get("step", 0):
+            latest[key] = record
+    return [latest[k] for k in sorted(latest)]
+
+
+def model_card(*, architecture: str, config, projection_dim: int, fmt: str, query_length: int, doc_length: int,
+               run_dir: str, step: int | None) -> str:  # fmt: skip
+    settings = run_settings(run_dir)
+    loss = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("contrastive_loss.")}
+    lines = [
+        "---",
+        "library_name: sentence-transformers" if fmt == "sentence-transformers" else "library_name: transformers",
+        "tags: [sentence-transformers, feature-extraction, dense-retrieval, t5, samtone]",
+        "---",
+        f"# Dual encoder ({architecture.upper()}, T5.1.1 towers) trained with samtone_jax",
+        "",
+        "## Model",
+        f"- Architecture: `{architecture}` (sde: one shared tower and projection; ade: two towers and projections; "
+        "ade_spl: two towers, one shared projection).",
+        f"- Tower: T5.1.1 encoder, d_model {config.emb_dim}, {config.num_layers} layers, {config.num_heads} heads × "
+        f"{config.head_dim}, d_ff {config.mlp_dim} ({'/'.join(config.mlp_activations)}), "
+        f"vocabulary {config.vocab_size}.",
+        f"- Embedding: mean over non-padding tokens -> bias-free projection to {projection_dim} -> L2 normalisation "
+        "(cosine similarity = dot product).",
+        f"- Inputs: queries truncated to {query_length} tokens, documents to {doc_length} (EOS kept).",
+        "",
+        "## Training",
+        f"- Source: `{run_dir}`, step {step if step is not None else 'n/a'}.",
+    ]
+    if settings.get("train.task"):
+        task = settings["train.task"].strip("'\"")
+        lines.append(f"- Data: task `{task}`, batch {settings.get('train.batch_size', '?')}, "
+                     f"{settings.get('train.train_steps', '?')} steps.")  # fmt: skip
+    if loss:
+        lines.append("- Loss (`contrastive_loss`): " + ", ".join(f"{k} = {v}" for k, v in sorted(loss.items())) + ".")
+    results = eval_results(run_dir)
+    if results:
+        names = list(results[0]["metrics"])
+        lines += ["", "## Evaluation (samtone eval)", "",
+                  "| task | split | step | queries | documents | " + " | ".join(names) + " |",
+                  "|---|---|---:|---:|---:|" + "---:|" * len(names)]  # fmt: skip
+        for r in results:
+            values = " | ".join(f"{r['metrics'].get(n, float('nan')):.4f}" for n in names)
+            lines.append(f"| {r['task']} | {r['split']} | {r.get('step')} | {r.get('queries')} | {r.get('corpus')} | "
+                         f"{values} |")  # fmt: skip
+    lines += ["", "## Usage", ""]
+    if fmt == "sentence-transformers":
+        lines += ["```python", "from sentence_transformers import SentenceTransformer",
+                  "model = SentenceTransformer(PATH)",
+                  'q = model.encode_query(["what is a dual encoder?"])',
+                  'd = model.encode_document(["A dual encoder embeds queries and documents separately."])',
+                  "print(model.similarity(q, d))", "```"]  # fmt: skip
+    lines += ["```python", "import samtone_jax", "encoder = samtone_jax.load(PATH)",
+              'q = encoder.encode_queries(["what is a dual encoder?"])', "```", ""]  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,139 @@
+"""`samtone export` (sentence-transformers and Hugging Face folders) and the way back: the exported
+model embeds like ours offline, import-checkpoint and samtone_jax.load read exports, and bad
+input leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+
+import numpy as np
+import pytest
+
+import samtone_jax
+from samtone_jax import cli
+
+WORDS = ("dog cat river bank tree money water small large the a of in to runs barked quickly green "
+         "mountain computer language model retrieval query document ünïcödé café 中文 😀 42").split()  # fmt: skip
+
+
+def sentences(count=50, seed=0):
+    """Varied lengths: empty-ish to far past the 12-token document length (truncation must match)."""
+    rng = random.Random(seed)
+    out = [" ".join(rng.choice(WORDS) for _ in range(rng.choice([1, 2, 4, 8, 16, 40]))) for _ in range(count - 2)]
+    return out + ["x", "  spaced   out\ttext  "]
+
+
+def _cosines(a, b):
+    return np.sum(np.asarray(a, np.float32) * np.asarray(b, np.float32), axis=1)
+
+
+def test_sentence_transformers_export_embeds_like_ours_offline(trained_any, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    architecture, run = trained_any
+    dst = tmp_path / "st"
+    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--dst={dst}"]) == 0
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    theirs = SentenceTransformer(str(dst), device="cpu", local_files_only=True)
+    ours = samtone_jax.load(str(run))
+    texts = sentences()
+    assert _cosines(theirs.encode_query(texts), ours.encode_queries(texts)).min() >= 0.99999
+    assert _cosines(theirs.encode_document(texts), ours.encode_documents(texts)).min() >= 0.99999
+    if architecture != "sde":  # the two routes really differ (two towers), so routing is tested too
+        assert _cosines(theirs.encode_query(texts), theirs.encode_document(texts)).min() < 0.999
+    info = json.loads((dst / "samtone.json").read_text())
+    assert info["architecture"] == architecture and info["min_cosine"] >= 0.9999
+    card = (dst / "README.md").read_text()
+    assert architecture.upper() in card and "encode_query" in card
+
+
+@pytest.mark.parametrize("fmt", ["hf", "sentence-transformers"])
+def test_export_import_load_round_trip(trained_any, tmp_path, fmt):
+    architecture, run = trained_any
+    if fmt == "sentence-transformers" and architecture == "ade":
+        pytest.skip("covered by ade_spl's router layout; keeps the suite short")
+    dst, imported = tmp_path / "export", tmp_path / "imported"
+    assert cli.main(["export", f"--checkpoint={run}", f"--format={fmt}", f"--dst={dst}"]) == 0
+    assert cli.main(["import-checkpoint", "--format=hf", f"--src={dst}", f"--dst={imported}"]) == 0
+    texts = sentences(20, seed=1)
+    ours = samtone_jax.load(str(run))
+    for path in (dst, imported):
+        back = samtone_jax.load(str(path))
+        assert (back.query_length, back.doc_length) == (ours.query_length, ours.doc_length)
+        np.testing.assert_allclose(back.encode_queries(texts), ours.encode_queries(texts), atol=2e-6)
+        np.testing.assert_allclose(back.encode_documents(texts), ours.encode_documents(texts), atol=2e-6)
+
+
+def test_hf_export_is_a_plain_t5_encoder_model(trained_run, tmp_path):
+    import torch
+    import transformers
+
+    dst = tmp_path / "hf"
+    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--dst={dst}"]) == 0
+    model = transformers.T5EncoderModel.from_pretrained(str(dst), local_files_only=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(dst), local_files_only=True)
+    from safetensors.numpy import load_file
+
+    weight = load_file(str(dst / "projection.safetensors"))["linear.weight"]
+    texts = sentences(10, seed=2)
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=12, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state.numpy()
+    mask = batch["attention_mask"].numpy()[..., None]
+    pooled = (hidden * mask).sum(1) / mask.sum(1)
+    emb = pooled @ weight.T
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    assert _cosines(emb, samtone_jax.load(str(trained_run)).encode_documents(texts)).min() >= 0.99999
+
+
+def test_export_errors_name_what_is_missing_and_leave_nothing(trained_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    dst = tmp_path / "out"
+    os.remove(run / "config.gin")
+    assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--dst={dst}"]) == 2
+    assert f"{run}/config.gin not found" in capsys.readouterr().err
+    shutil.copy(trained_run / "config.gin", run / "config.gin")
+    os.remove(run / "vocab.model")
+    config = (run / "config.gin").read_text()
+    (run / "config.gin").write_text(config.replace("train.vocabulary = '", "train.vocabulary = '/gone"))
+    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--dst={dst}"]) == 2
+    err = capsys.readouterr().err
+    assert "vocab.model" in err and "/gone" in err
+    assert sorted(os.listdir(tmp_path)) == ["run"]  # no DST, no temporary folder
+    dst.mkdir()
+    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--dst={dst}"]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_tokenizer_parity_check_rejects_a_different_vocabulary(trained_run, tmp_path):
+    from samtone_jax.data import vocab as vocab_lib
+    from samtone_jax.export import tokenizer as tokenizer_lib
+
+    ours = samtone_jax.load(str(trained_run)).vocabulary
+    good = tokenizer_lib.t5_tokenizer(ours, 12)
+    tokenizer_lib.check_parity(good, ours, tokenizer_lib.probe_texts(50), 12)
+    other_path = tmp_path / "other.model"
+    vocab_lib.train_sentencepiece([" ".join(sentences(30, seed=s)) for s in range(30)], 60, str(other_path))
+    other = tokenizer_lib.t5_tokenizer(vocab_lib.vocabulary(str(other_path)), 12)
+    with pytest.raises(ValueError, match="disagrees with the SentencePiece vocabulary"):
+        tokenizer_lib.check_parity(other, ours, tokenizer_lib.probe_texts(50), 12)
+
+
+def test_model_card_reports_the_runs_eval_numbers(trained_run, tmp_path):
+    from samtone_jax.export.model_card import model_card
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    (run / "eval").mkdir(exist_ok=True)
+    record = {"task": "wordnet_definitions", "split": "test", "step": 2, "queries": 7, "corpus": 9,
+              "metrics": {"P@1": 0.125, "RR": 0.3456}}  # fmt: skip
+    (run / "eval" / "wordnet_definitions_test_step2.json").write_text(json.dumps(record))
+    encoder = samtone_jax.load(str(run))
+    card = model_card(architecture="sde", config=encoder.model.config, projection_dim=32, fmt="hf",
+                      query_length=8, doc_length=12, run_dir=str(run), step=2)  # fmt: skip
+    assert "| wordnet_definitions | test | 2 | 7 | 9 | 0.1250 | 0.3456 |" in card
+    assert "same_tower = 'query'" in card and "task `wordnet_definitions`" in card
