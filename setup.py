@@ -27,6 +27,8 @@ setup(
         "ir-measures>=0.4.3",
         "matplotlib",
         "scikit-learn",
+        "tqdm",
+        "bm25s",
     ],
     extras_require={
         "test": ["pytest", "ruff", "torch==2.13.0", "transformers==5.24.0", "sentence-transformers==6.2.0"],
