@@ -91,6 +91,18 @@ def _cmd_train(args, bindings) -> int:
     return 0
 
 
+def _cmd_train_adore(args, bindings) -> int:
+    _init_distributed(args)
+    from samtone_jax import gin_utils
+    from samtone_jax.hard_negatives.adore_train import train_adore
+
+    gin_utils.parse(args.gin_file, args.gin_bindings + bindings)
+    metrics = train_adore()
+    if metrics:
+        print("final " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())))
+    return 0
+
+
 def _cmd_eval(args, bindings) -> int:
     _init_distributed(args)
     from samtone_jax import gin_utils
@@ -172,6 +184,29 @@ def _cmd_export(args, bindings) -> int:
                   overwrite=args.overwrite)  # fmt: skip
     print(f"exported {info['architecture']} ({args.format}) to {args.dst}; embeddings equal ours on the probe texts "
           f"(min cosine {info['min_cosine']:.7f})")  # fmt: skip
+    return 0
+
+
+def _cmd_mine(args, bindings) -> int:
+    from samtone_jax.hard_negatives.mining import mine
+
+    if bool(args.checkpoint) == args.bm25:
+        raise ValueError("samtone mine needs exactly one of --checkpoint=MODEL (dense mining) or --bm25")
+    split, collection = _load_task(args)
+    encoder, mesh = None, None
+    if args.checkpoint:
+        import jax
+
+        from samtone_jax import inference, partitioning
+
+        mesh = partitioning.create_mesh(devices=jax.local_devices())
+        encoder = inference.load(args.checkpoint, step=args.step, vocabulary=args.vocabulary, mesh=mesh)
+    summary = mine(collection, args.out, encoder=encoder, num_negatives=args.num_negatives, range_min=args.range_min,
+                   range_max=args.range_max, relative_margin=args.relative_margin, strategy=args.strategy,
+                   seed=args.seed, mesh=mesh)  # fmt: skip
+    print(f"{summary['queries']:,} queries of {args.task}/{split} -> {args.out}: {summary['with_enough_negatives']:,} "
+          f"with {args.num_negatives} negatives, {summary['without_enough_negatives']:,} with fewer "
+          f"({summary['without_any_negative']:,} with none); counts in {args.out}.json")  # fmt: skip
     return 0
 
 
@@ -257,6 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_distributed_flags(p)
     p.set_defaults(run=_cmd_train)
 
+    p = sub.add_parser("train-adore", help="ADORE: train the query tower against a frozen index (gin: train_adore.*)")
+    _add_gin_flags(p)
+    _add_distributed_flags(p)
+    p.set_defaults(run=_cmd_train_adore)
+
     p = sub.add_parser("eval", help="retrieval metrics of a trained model (gin: evaluate.*)")
     _add_gin_flags(p)
     _add_distributed_flags(p)
@@ -294,6 +334,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocabulary", default=None, help="SentencePiece model (default: the run's)")
     p.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
     p.set_defaults(run=_cmd_export)
+
+    p = sub.add_parser("mine", help="hard negatives for a task's queries, from a trained model or BM25")
+    p.add_argument("--checkpoint", default=None, help="dense mining with this model (MODEL_DIR or checkpoint)")
+    p.add_argument("--bm25", action="store_true", help="BM25 mining (bm25s) instead of a model")
+    p.add_argument("--step", type=int, default=None)
+    p.add_argument("--vocabulary", default=None)
+    _task_flags(p)
+    p.add_argument("--out", required=True, help="output TSV 'query_id<TAB>doc_id,doc_id,...' (+ OUT.json counts)")
+    p.add_argument("--num_negatives", type=int, default=8)
+    p.add_argument("--range_min", type=int, default=0, help="first retrieved rank kept (0-based)")
+    p.add_argument("--range_max", type=int, default=100, help="retrieval depth; ranks >= this are ignored")
+    p.add_argument("--relative_margin", type=float, default=None,
+                   help="drop candidates scoring above (1 - margin) x the positive's score")  # fmt: skip
+    p.add_argument("--strategy", choices=["top", "sample"], default="top")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=_cmd_mine)
 
     p = sub.add_parser("compare", help="eval JSONs side by side with paired significance tests")
     p.add_argument("runs", nargs="+", help="eval JSON files (MODEL_DIR/eval/*.json); the first is the baseline")

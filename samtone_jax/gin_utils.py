@@ -31,6 +31,7 @@ def _import_configurables() -> None:
     """Every module with @gin.configurable, so a config can name any of them (and a typo fails)."""
     import samtone_jax.evaluation.run  # noqa: F401  evaluate
     import samtone_jax.evaluation.train_hook  # noqa: F401  RetrievalEval
+    import samtone_jax.hard_negatives.adore_train  # noqa: F401  train_adore
     import samtone_jax.partitioning  # noqa: F401  create_mesh
     import samtone_jax.tasks  # noqa: F401  data_dir, wordnet_dir
     import samtone_jax.train  # noqa: F401  train, adafactor

@@ -19,6 +19,10 @@ their columns shared by every query, STAR-style), s(a, b) = a·b of L2-normalise
                   + w·Σ_{j≠i} e^{S(q_i,q_j)} + w·Σ_{j≠i} e^{S(p_i,p_j)} [+ Σ e^{S(q_i,n)}]
                   (Li et al. 2023, "improved contrastive loss"; `bidirectional` and `same_tower`
                   are not used: both directions and both towers are already in Z).
+  mode='pairwise' STAR's pairwise form (Zhan et al. 2021): ℓ(q, p, n) = log(1 + e^{S(q,n) − S(q,p)})
+                  averaged over the valid (q_i, p_j≠i) in-batch ("random") pairs plus averaged over
+                  the valid (q_i, n) hard pairs: L = mean_random ℓ + mean_hard ℓ (L_r + L_s).
+                  Query-centric: `bidirectional` and `same_tower` are not used.
 
 t5x_retrieval sums the two directions; we average them (so the loss scale does not depend on
 `bidirectional`).
@@ -44,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-MODES = ("samtone", "pair", "gte")
+MODES = ("samtone", "pair", "gte", "pairwise")
 SAME_TOWER = ("none", "query", "doc", "both")
 
 
@@ -195,9 +199,10 @@ def contrastive_loss(
         qd_blocks.append((s_qn, neg_keep))
 
     metrics = {}
-    need_qq = mode == "gte" or same_tower in ("query", "both")
-    need_dd = mode in ("gte", "pair") or same_tower in ("doc", "both")
-    need_dq = mode == "gte" or bidirectional
+    ranking = mode != "pairwise"  # the softmax family needs the same-tower / reverse blocks
+    need_qq = ranking and (mode == "gte" or same_tower in ("query", "both"))
+    need_dd = ranking and (mode in ("gte", "pair") or same_tower in ("doc", "both"))
+    need_dq = ranking and (mode == "gte" or bidirectional)
     if axis_name is None:
         # One device holds every row: S_dq is S_qdᵀ and the same-tower blocks are symmetric Gram
         # matrices, so 2 matmuls (plus 3 in the backward pass) do the work of 3 (+6).
@@ -209,7 +214,22 @@ def contrastive_loss(
         s_dd = _scores(d, d_all, temperature) if need_dd else None
         s_dq = _scores(d, q_all, temperature) if need_dq else None
 
-    if mode == "gte":
+    if mode == "pairwise":
+        random_keep = ~is_diagonal if cross_keep is None else cross_keep & ~is_diagonal
+        parts = [(s_qd, random_keep, "random")]
+        if negatives is not None:
+            parts.append((s_qn, neg_keep, "hard"))
+        loss = jnp.zeros((), jnp.float32)
+        for logits, keep, name in parts:
+            keep = jnp.ones(logits.shape, bool) if keep is None else keep
+            pair_loss = jnp.where(keep, jax.nn.softplus(logits - positive[:, None]), 0.0)
+            total, count = jnp.sum(pair_loss), jnp.sum(keep).astype(jnp.float32)
+            if axis_name is not None:  # a global mean over pairs: sums and counts over all devices
+                total, count = jax.lax.psum(total, axis_name), jax.lax.psum(count, axis_name)
+            mean = total / jnp.maximum(count, 1.0)
+            loss = loss + mean
+            metrics[f"pairwise/{name}"] = mean
+    elif mode == "gte":
         blocks = [*qd_blocks, (s_dq, cross_keep), (s_qq, same_keep), (s_dd + log_w, same_keep)]
         lse = masked_logsumexp(blocks)
         loss = jnp.mean(lse - positive)

@@ -40,6 +40,12 @@ def reference_loss(q, d, n, qid, did, nid, *, tau, mode, same_tower, bidirection
         return [s(q[i], x) for m, x in enumerate(flat_n) if flat_nid is None or flat_nid[m] != did[i]]
 
     pos = np.array([s(q[i], d[i]) for i in range(B)])
+    if mode == "pairwise":  # STAR: mean logistic loss over random pairs + over hard pairs
+        softplus = lambda x: np.log1p(np.exp(x))  # noqa: E731
+        random = [softplus(s(q[i], d[j]) - pos[i]) for i in range(B) for j in range(B)
+                  if j != i and not same_example(i, j)]  # fmt: skip
+        hard_pairs = [softplus(x - pos[i]) for i in range(B) for x in hard(i)]
+        return np.mean(random) + (np.mean(hard_pairs) if hard_pairs else 0.0)
     if mode == "gte":
         terms = [
             cross(i, q[i], d) + hard(i) + cross(i, d[i], q) + same(i, q[i], q) + same(i, d[i], d) for i in range(B)
@@ -115,6 +121,7 @@ SETTINGS = [
     dict(mode="pair", same_tower="none", bidirectional=False),
     dict(mode="pair", same_tower="query", bidirectional=True),
     dict(mode="gte", same_tower="none", bidirectional=True),
+    dict(mode="pairwise", same_tower="none", bidirectional=False),
 ]
 
 
@@ -245,7 +252,7 @@ def _sharded(mesh, **kw):
 
 
 @pytest.mark.parametrize(
-    "setting", SETTINGS[:1] + SETTINGS[2:3] + SETTINGS[-3:], ids=lambda s: "-".join(str(v) for v in s.values())
+    "setting", SETTINGS[:1] + SETTINGS[2:3] + SETTINGS[-4:], ids=lambda s: "-".join(str(v) for v in s.values())
 )
 def test_sharded_equals_single_device(setting):
     mesh = _mesh()

@@ -45,6 +45,13 @@ def wordnet_dir(path: str | None = None) -> str:
     return path or os.environ.get("WORDNET_DIR") or wordnet.DEFAULT_DIR
 
 
+@gin.configurable
+def hard_negatives_file(path: str | None = None) -> str | None:
+    """A mined negatives file (`samtone mine`: 'qid \\t did,did,...' or JSON lines) that replaces the
+    hard negatives of every task loaded (gin: hard_negatives_file.path = %HARD_NEGATIVES)."""
+    return path
+
+
 TEST_FRACTION_WORDNET = 0.1
 
 
@@ -104,9 +111,18 @@ def task_names() -> list[str]:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(name: str, split: str, skip_bad_records: bool, root_key: str) -> RetrievalCollection:
+def _load_cached(name: str, split: str, skip_bad_records: bool, root_key: str, negatives: str | None):
     loader, _, _ = LOADERS[name]
     collection = loader(split, skip_bad_records)
+    if negatives:
+        from samtone_jax.data.msmarco import read_negatives
+
+        mined = read_negatives(negatives, collection.stats, skip_bad_records)
+        missing = sum(d not in collection.corpus for ds in mined.values() for d in ds)
+        if missing:
+            collection.stats["negatives_with_missing_document"] += missing
+        collection.hard_negatives = {q: [d for d in ds if d in collection.corpus]
+                                     for q, ds in mined.items() if q in collection.queries}  # fmt: skip
     collection.stats.report(f"{name}/{split}")
     return collection
 
@@ -118,7 +134,7 @@ def load(name: str, split: str, skip_bad_records: bool = False) -> RetrievalColl
     _, splits, _ = LOADERS[name]
     if split not in splits:
         raise ValueError(f"task {name!r} has splits {splits}; got {split!r}")
-    return _load_cached(name, split, skip_bad_records, root_of(name))
+    return _load_cached(name, split, skip_bad_records, root_of(name), hard_negatives_file())
 
 
 def root_of(name: str) -> str:

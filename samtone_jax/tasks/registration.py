@@ -30,11 +30,12 @@ MIXTURES = {
 
 def examples(name: str, split: str, num_negatives: int = 0, skip_bad_records: bool = False) -> dict[str, np.ndarray]:
     """Column arrays of the task's training examples (cached per data root); see `_examples`."""
-    return _examples(name, split, num_negatives, skip_bad_records, tasks.root_of(name))
+    return _examples(name, split, num_negatives, skip_bad_records, tasks.root_of(name), tasks.hard_negatives_file())
 
 
 @functools.lru_cache(maxsize=16)
-def _examples(name: str, split: str, num_negatives: int, skip_bad_records: bool, root: str) -> dict[str, np.ndarray]:
+def _examples(name: str, split: str, num_negatives: int, skip_bad_records: bool, root: str,
+              negatives_file: str | None) -> dict[str, np.ndarray]:  # fmt: skip
     """Column arrays of the task's training examples: one row per relevant (query, document) pair.
 
     With num_negatives = K, only queries with ≥ K hard negatives are kept (the count of those

@@ -1,0 +1,125 @@
+"""`samtone mine`: hard negatives for a task's training queries, from a trained model or BM25.
+
+For every query: retrieve the top `range_max` documents, keep ranks [range_min, range_max)
+(0-based, counted in the retrieved list), drop the query's known positives, optionally drop
+candidates scoring above (1 − relative_margin) × the positive's score (likely false negatives:
+unlabelled relevant documents score like the positive), and keep `num_negatives` of the rest:
+the best-ranked ('top') or a seeded random sample ('sample'). Written as the TSV the tasks read
+(`query_id \\t doc_id,doc_id,...`; attach it to any task with gin `hard_negatives_file.path`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+
+from samtone_jax.atomic_file import atomic_open, write_atomic
+
+log = logging.getLogger(__name__)
+
+STRATEGIES = ("top", "sample")
+
+
+def select_negatives(
+    ranked: np.ndarray,
+    scores: np.ndarray,
+    positives: list[set[int]],
+    positive_scores: np.ndarray,
+    *,
+    num_negatives: int,
+    range_min: int = 0,
+    range_max: int | None = None,
+    relative_margin: float | None = None,
+    strategy: str = "top",
+    seed: int = 0,
+) -> list[list[int]]:
+    """Per query, the chosen negative document indices (best rank first, or a random sample).
+
+    ranked [Q, R] int document indices best first (-1 = none), scores [Q, R] their scores,
+    positives: each query's relevant indices, positive_scores [Q]: the score of its (best) positive.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if not 0 <= range_min < (range_max or ranked.shape[1] + 1):
+        raise ValueError(f"need 0 <= range_min < range_max; got [{range_min}, {range_max})")
+    if relative_margin is not None and not 0.0 <= relative_margin < 1.0:
+        raise ValueError(f"relative_margin must be in [0, 1); got {relative_margin}")
+    rng = np.random.default_rng(seed)
+    out = []
+    for row, row_scores, gold, gold_score in zip(ranked, scores, positives, positive_scores, strict=True):
+        window = slice(range_min, range_max)
+        keep = [int(j) for j, s in zip(row[window], row_scores[window], strict=True)
+                if j >= 0 and j not in gold
+                and (relative_margin is None or s <= (1.0 - relative_margin) * gold_score)]  # fmt: skip
+        if strategy == "sample" and len(keep) > num_negatives:
+            keep = [keep[i] for i in sorted(rng.choice(len(keep), num_negatives, replace=False).tolist())]
+        out.append(keep[:num_negatives])
+    return out
+
+
+def write_negatives(path: str, query_ids: list[str], doc_ids: list[str], chosen: list[list[int]]) -> None:
+    """`query_id \\t doc_id,doc_id,...` per query with at least one negative (atomically)."""
+    with atomic_open(path, "w") as f:
+        for qid, row in zip(query_ids, chosen, strict=True):
+            if row:
+                f.write(f"{qid}\t{','.join(doc_ids[j] for j in row)}\n")
+
+
+def _dense_candidates(encoder, queries: list[str], corpus: list[str], positives, depth: int, mesh=None):
+    """(ranked [Q, depth], scores, positive_scores [Q]) by the model's cosine."""
+    from samtone_jax.evaluation import search
+
+    q, d = encoder.encode_queries(queries), encoder.encode_documents(corpus)
+    scores, ranked = search.exact_top_k(q, d, depth, mesh=mesh)
+    gold = np.array([max(float(q[i] @ d[j]) for j in pos) for i, pos in enumerate(positives)], np.float32)
+    return ranked, scores, gold
+
+
+def _bm25_candidates(queries: list[str], corpus: list[str], positives, depth: int):
+    """(ranked, scores, positive_scores) by BM25 (bm25s, English stopwords)."""
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
+    tokens = bm25s.tokenize(queries, stopwords="en", show_progress=False, return_ids=False)
+    ranked, scores = retriever.retrieve(bm25s.tokenize(queries, stopwords="en", show_progress=False),
+                                        k=min(depth, len(corpus)), show_progress=False, n_threads=1)  # fmt: skip
+    gold = np.array([max(retriever.get_scores(t)[list(pos)]) if t else 0.0 for t, pos in zip(tokens, positives,
+                     strict=True)], np.float32)  # fmt: skip
+    return np.asarray(ranked), np.asarray(scores, np.float32), gold
+
+
+def mine(collection, out: str, *, encoder=None, num_negatives: int = 8, range_min: int = 0, range_max: int = 100,
+         relative_margin: float | None = None, strategy: str = "top", seed: int = 0, mesh=None) -> dict:  # fmt: skip
+    """Mine negatives for every query of `collection` that has a positive; write `out` (TSV) and
+    `out`.json (counts). `encoder`: a samtone_jax.inference.Encoder, or None for BM25."""
+    query_ids = sorted(q for q in collection.queries if collection.qrels.get(q))
+    doc_ids = sorted(collection.corpus)
+    index = {d: i for i, d in enumerate(doc_ids)}
+    positives = [{index[d] for d, r in collection.qrels[q].items() if r > 0 and d in index} for q in query_ids]
+    keep = [i for i, p in enumerate(positives) if p]
+    query_ids, positives = [query_ids[i] for i in keep], [positives[i] for i in keep]
+    if not query_ids:
+        raise ValueError(f"{collection.name}: no query has a relevant document in the corpus; nothing to mine")
+    queries, corpus = [collection.queries[q] for q in query_ids], [collection.corpus[d] for d in doc_ids]
+    if encoder is None:
+        ranked, scores, gold = _bm25_candidates(queries, corpus, positives, range_max)
+    else:
+        ranked, scores, gold = _dense_candidates(encoder, queries, corpus, positives, range_max, mesh)
+    chosen = select_negatives(
+        ranked, scores, positives, gold, num_negatives=num_negatives, range_min=range_min, range_max=range_max,
+        relative_margin=relative_margin, strategy=strategy, seed=seed,
+    )  # fmt: skip
+    write_negatives(out, query_ids, doc_ids, chosen)
+    counts = [len(c) for c in chosen]
+    summary = {"queries": len(query_ids), "with_enough_negatives": sum(c >= num_negatives for c in counts),
+               "without_enough_negatives": sum(c < num_negatives for c in counts),
+               "without_any_negative": sum(c == 0 for c in counts), "mean_negatives": float(np.mean(counts)),
+               "method": "bm25" if encoder is None else f"dense:{encoder.source}@{encoder.step}",
+               "num_negatives": num_negatives, "range": [range_min, range_max], "relative_margin": relative_margin,
+               "strategy": strategy, "seed": seed}  # fmt: skip
+    write_atomic(out + ".json", json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,98 @@
+"""Hard negatives: mining (positives excluded, margin filter, ranks, strategies, BM25 and dense,
+the file the tasks read back)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from samtone_jax.hard_negatives import mining
+
+
+def test_select_excludes_positives_and_honours_ranks_and_margin():
+    ranked = np.array([[4, 7, 1, 9, 3, 5]])
+    scores = np.array([[0.95, 0.85, 0.75, 0.70, 0.60, 0.50]])
+    positives = [{7, 3}]
+    gold = np.array([0.8])
+    picked = mining.select_negatives(ranked, scores, positives, gold, num_negatives=3)
+    assert picked == [[4, 1, 9]]  # 7 is a positive; best-ranked first
+    picked = mining.select_negatives(ranked, scores, positives, gold, num_negatives=3, relative_margin=0.1)
+    assert picked == [[9, 5]]  # above 0.9 x 0.8 = 0.72 dropped (4 at 0.95, 1 at 0.75); 3 is a positive
+    picked = mining.select_negatives(ranked, scores, positives, gold, num_negatives=5, range_min=2, range_max=5)
+    assert picked == [[1, 9]]  # ranks 2, 3, 4 = documents 1, 9, 3 (3 a positive)
+
+
+def test_sample_strategy_is_a_seeded_subset_of_the_eligible():
+    ranked = np.arange(30)[None, :]
+    scores = -np.arange(30, dtype=float)[None, :]
+    positives = [{0, 5}]
+    first = mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample")
+    again = mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample")
+    other = mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample",
+                                    seed=1)  # fmt: skip
+    assert first == again != other
+    assert len(first[0]) == 4 and not set(first[0]) & {0, 5} and first[0] == sorted(first[0])
+    with pytest.raises(ValueError, match="strategy"):
+        mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="best")
+
+
+def _collection():
+    from samtone_jax.data.collection import RetrievalCollection
+
+    corpus = {
+        "d1": "the cat sat on the mat", "d2": "a cat chased a mouse", "d3": "cats and dogs are pets",
+        "d4": "the stock market fell", "d5": "a dog barked at the cat", "d6": "rivers flow to the sea",
+    }  # fmt: skip
+    queries = {"q1": "where did the cat sit", "q2": "what fell on the market", "q3": "unrelated words only"}
+    qrels = {"q1": {"d1": 1}, "q2": {"d4": 1}, "q3": {"d6": 1}}
+    return RetrievalCollection("toy", queries, corpus, qrels)
+
+
+def test_bm25_mining_writes_the_file_the_tasks_read(tmp_path):
+    out = str(tmp_path / "negatives.tsv")
+    summary = mining.mine(_collection(), out, num_negatives=2, range_max=6)
+    lines = dict(line.rstrip("\n").split("\t") for line in open(out))
+    assert set(lines["q1"].split(",")) <= {"d2", "d3", "d5"}  # cat documents, never d1 (the positive)
+    assert lines["q1"].split(",")[0] in {"d2", "d5"}
+    assert all(qid not in lines or gold not in lines[qid] for qid, gold in (("q1", "d1"), ("q2", "d4"), ("q3", "d6")))
+    assert summary["queries"] == 3 and json.load(open(out + ".json"))["num_negatives"] == 2
+    assert summary["with_enough_negatives"] + summary["without_enough_negatives"] == 3
+
+
+def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_data, monkeypatch):
+    from samtone_jax import gin_utils, tasks
+    from samtone_jax.tasks import registration
+
+    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
+    collection = tasks.load("wordnet_definitions", "all")
+    qid = sorted(collection.queries)[0]
+    docs = [d for d in sorted(collection.corpus) if d not in collection.qrels[qid]][:2]
+    path = tmp_path / "mined.tsv"
+    path.write_text(f"{qid}\t{docs[0]},{docs[1]},not_a_document\n")
+    gin_utils.parse([], [f"hard_negatives_file.path = '{path}'"])
+    try:
+        with_negatives = tasks.load("wordnet_definitions", "all")
+        assert with_negatives.hard_negatives == {qid: docs}  # the unknown id is dropped and counted
+        assert with_negatives.stats["negatives_with_missing_document"] == 1
+        columns = registration.examples("wordnet_definitions", "all", num_negatives=2)
+        assert len(columns["negatives"]) == sum(1 for q, _ in with_negatives.pairs() if q == qid)
+    finally:
+        gin_utils.parse([], [])
+
+
+def test_dense_mining_command_excludes_positives(trained_run, wordnet_data, monkeypatch, tmp_path, capsys):
+    from samtone_jax import cli, tasks
+
+    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
+    out = tmp_path / "dense.tsv"
+    argv = ["mine", f"--checkpoint={trained_run}", "--task=wordnet_definitions", "--split=all", f"--out={out}",
+            "--num_negatives=3", "--range_max=10"]  # fmt: skip
+    assert cli.main(argv) == 0
+    collection = tasks.load("wordnet_definitions", "all")
+    rows = dict(line.rstrip("\n").split("\t") for line in open(out))
+    assert rows and all(not set(d.split(",")) & set(collection.qrels[q]) for q, d in rows.items())
+    assert all(len(d.split(",")) <= 3 for d in rows.values())
+    assert "with 3 negatives" in capsys.readouterr().out
+    assert cli.main(["mine", "--task=wordnet_definitions", f"--out={out}"]) == 2  # neither a model nor --bm25
