@@ -121,10 +121,7 @@ def initial_state(model, tx, mesh, seed: int, init_checkpoint: str | None):
     boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(seed)))
     shardings = partitioning.param_shardings(mesh, boxed)
     if init_checkpoint:
-        abstract = jax.tree_util.tree_map(
-            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.unbox(boxed), shardings
-        )
-        params = load_params(init_checkpoint, abstract)
+        params = _initial_params(model, init_checkpoint, nn.unbox(boxed), shardings)
         log.info("initialised parameters from %s", init_checkpoint)
     else:
         params = jax.jit(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(seed))), out_shardings=shardings)()
@@ -135,6 +132,34 @@ def initial_state(model, tx, mesh, seed: int, init_checkpoint: str | None):
         "opt_state": jax.jit(tx.init)(params),
         "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed + 1)), replicated),
     }
+
+
+def _initial_params(model, init_checkpoint: str, abstract, shardings):
+    """INIT_CHECKPOINT's parameters on the mesh: a parameter checkpoint (import-checkpoint), another
+    run's MODEL_DIR or MODEL_DIR/checkpoints/<step> (e.g. STAR from an in-batch run), or an export."""
+    from samtone_jax import inference
+
+    kind, directory, step = inference.resolve(init_checkpoint)
+    if kind == "params":
+        placed = jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract,
+                                        shardings)  # fmt: skip
+        return load_params(init_checkpoint, placed)
+    if kind == "train":
+        from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+
+        params = restore_on_one_device(os.path.join(directory, "checkpoints", str(step), "state"))["params"]
+    else:
+        from samtone_jax.checkpoints import import_params
+
+        params, _ = import_params("hf", directory, model)
+    got = jax.tree_util.tree_map(lambda x: tuple(x.shape), params)
+    want = jax.tree_util.tree_map(lambda x: tuple(x.shape), abstract)
+    if got != want:
+        raise ValueError(
+            f"train.init_checkpoint={init_checkpoint!r} does not fit the gin model (architecture "
+            f"{model.architecture}): use the same architectures/ and models/ gin files as the run that wrote it"
+        )
+    return jax.device_put(params, shardings)
 
 
 def _keep_vocabulary(vocabulary: str | None, model_dir: str) -> None:

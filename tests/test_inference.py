@@ -155,3 +155,24 @@ def test_atomic_open_leaves_the_old_file_or_the_new_one_never_a_mix(tmp_path):
     assert path.read_text() == "old" and os.listdir(tmp_path) == ["out.txt"]
     write_atomic(str(path), b"new")
     assert path.read_text() == "new" and os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_init_checkpoint_may_be_a_model_dir_or_an_export(trained_run, tmp_path):
+    """STAR / fine-tuning start from another run: its MODEL_DIR, a step directory, or an export."""
+    from samtone_jax import gin_utils, train
+    from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+
+    expected = restore_on_one_device(str(trained_run / "checkpoints" / "2" / "state"))["params"]
+    export = tmp_path / "export"
+    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--dst={export}"]) == 0
+    gin_utils.parse([str(trained_run / "config.gin")])
+    model = gin_utils.model()
+    tx, _ = train.adafactor(train_steps=2)
+    mesh = partitioning.create_mesh()
+    for source in (trained_run, trained_run / "checkpoints" / "2", export):
+        state = train.initial_state(model, tx, mesh, seed=5, init_checkpoint=str(source))
+        for a, b in zip(jax.tree_util.tree_leaves(state["params"]), jax.tree_util.tree_leaves(expected), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    gin_utils.parse(["models/t5_1_1_tiny.gin", "architectures/ade.gin"])
+    with pytest.raises(ValueError, match="does not fit the gin model"):
+        train.initial_state(gin_utils.model(), tx, mesh, seed=5, init_checkpoint=str(trained_run))
