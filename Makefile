@@ -30,12 +30,12 @@ demo: venv wordnet
 	$(PY) -m samtone_jax.cli demo
 
 lint: venv
-	$(PY) -m ruff format --check samtone_jax tests $(wildcard benchmarks)
-	$(PY) -m ruff check samtone_jax tests $(wildcard benchmarks)
+	$(PY) -m ruff format --check samtone_jax tests $(wildcard benchmarks experiments)
+	$(PY) -m ruff check samtone_jax tests $(wildcard benchmarks experiments)
 
 format: venv
-	$(PY) -m ruff format samtone_jax tests $(wildcard benchmarks)
-	$(PY) -m ruff check --fix samtone_jax tests $(wildcard benchmarks)
+	$(PY) -m ruff format samtone_jax tests $(wildcard benchmarks experiments)
+	$(PY) -m ruff check --fix samtone_jax tests $(wildcard benchmarks experiments)
 
 # Re-resolve requirements.in into requirements.lock (needs the package registry).
 lock:

@@ -70,12 +70,12 @@ def model_card(*, architecture: str, config, projection_dim: int, fmt: str, quer
         lines.append("- Loss (`contrastive_loss`): " + ", ".join(f"{k} = {v}" for k, v in sorted(loss.items())) + ".")
     results = eval_results(run_dir)
     if results:
-        names = list(results[0]["metrics"])
+        names = list(dict.fromkeys(n for r in results for n in r["metrics"]))  # every measure, first-seen order
         lines += ["", "## Evaluation (samtone eval)", "",
                   "| task | split | step | queries | documents | " + " | ".join(names) + " |",
                   "|---|---|---:|---:|---:|" + "---:|" * len(names)]  # fmt: skip
         for r in results:
-            values = " | ".join(f"{r['metrics'].get(n, float('nan')):.4f}" for n in names)
+            values = " | ".join(f"{r['metrics'][n]:.4f}" if n in r["metrics"] else "–" for n in names)
             lines.append(f"| {r['task']} | {r['split']} | {r.get('step')} | {r.get('queries')} | {r.get('corpus')} | "
                          f"{values} |")  # fmt: skip
     lines += ["", "## Usage", ""]

@@ -1,0 +1,130 @@
+"""Issue 7's experiment: does ADORE (and STAR) improve a model trained with the in-batch loss?
+
+On multireqa_squad_dev's article split (../shared/data or $SAMTONE_DATA_DIR): a T5.1.1-shaped mini
+SDE (d_model 64, 3 layers) trained from scratch with the bidirectional in-batch softmax (base),
+then, for the same further budget (steps × batch) from the base checkpoint:
+  continue   the in-batch loss;
+  adore      ADORE: query tower only, top-200 retrieved on device every step, ΔMRR@10 RankNet;
+  star       STAR: static dense-mined hard negatives (ranks 0–100, positives and near-positives
+             dropped) as extra softmax columns next to the in-batch negatives;
+  star_adore ADORE from the STAR model (twice the further budget: say so when comparing).
+Every arm is evaluated on the 2,000 test questions against all 10,642 sentences; `samtone
+compare` gives paired randomisation p-values against `continue`. One command, ~15 min on 2 cores:
+
+  .venv/bin/python experiments/hard_negatives_squad.py --out runs/hard_negatives_squad
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+MODEL = [
+    "--gin_file=models/t5_1_1_tiny.gin", "--gin_file=architectures/sde.gin",
+    "--gin.T5Config.emb_dim=64", "--gin.T5Config.head_dim=16", "--gin.T5Config.mlp_dim=256",
+    "--gin.T5Config.num_layers=3", "--gin.VOCAB_SIZE=8000",
+]  # fmt: skip
+TASK = "multireqa_squad_dev"
+
+
+def samtone(*argv: str, log: str) -> None:
+    start = time.time()
+    with open(log, "w") as f:
+        code = subprocess.run([sys.executable, "-m", "samtone_jax.cli", *argv], stdout=f, stderr=subprocess.STDOUT)
+    if code.returncode:
+        raise SystemExit(f"samtone {argv[0]} failed (exit {code.returncode}); see {log}")
+    print(f"  samtone {argv[0]:12s} {time.time() - start:6.0f}s  (log: {log})", flush=True)
+
+
+def train_args(model_dir, vocab, steps, batch, lr, loss_gin, extra=()):
+    return [
+        "train", *MODEL, f"--gin_file={loss_gin}", "--gin.TEMPERATURE=0.05", f"--gin.train.model_dir='{model_dir}'",
+        f"--gin.train.task='{TASK}'", f"--gin.train.train_steps={steps}", f"--gin.train.batch_size={batch}",
+        "--gin.train.query_length=32", "--gin.train.doc_length=64", f"--gin.train.vocabulary='{vocab}'",
+        f"--gin.adafactor.learning_rate={lr}", "--gin.train.log_every=50", f"--gin.train.checkpoint_every={steps}",
+        *extra,
+    ]  # fmt: skip
+
+
+def evaluate(model_dir, log_dir, name):
+    samtone("eval", f"--gin.evaluate.model_dir='{model_dir}'", f"--gin.evaluate.task='{TASK}'",
+            "--gin.evaluate.split='test'", "--gin.evaluate.keep_embeddings=False",
+            log=f"{log_dir}/{name}_eval.log")  # fmt: skip
+    path = max((os.path.join(model_dir, "eval", f) for f in os.listdir(os.path.join(model_dir, "eval"))
+                if f.endswith(".json")), key=os.path.getmtime)  # fmt: skip
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="runs/hard_negatives_squad")
+    parser.add_argument("--base_steps", type=int, default=800)
+    parser.add_argument("--steps", type=int, default=300, help="the further budget of every arm")
+    parser.add_argument("--batch", type=int, default=64)
+    args = parser.parse_args()
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    vocab = f"{out}/vocab.model"
+    timings = {}
+    start = time.time()
+    if not os.path.exists(vocab):
+        samtone("build-vocab", f"--task={TASK}", "--split=all", "--vocab_size=8000", f"--out={vocab}",
+                log=f"{out}/vocab.log")  # fmt: skip
+    base = f"{out}/base"
+    samtone(*train_args(base, vocab, args.base_steps, args.batch, 1e-2, "losses/bidirectional.gin",
+                        ["--gin.adafactor.warmup_steps=50"]), log=f"{out}/base_train.log")  # fmt: skip
+    runs = {"base": evaluate(base, out, "base")}
+    timings["base"] = time.time() - start
+
+    t = time.time()
+    cont = f"{out}/continue"
+    samtone(*train_args(cont, vocab, args.steps, args.batch, 1e-3, "losses/bidirectional.gin",
+                        [f"--gin.train.init_checkpoint='{base}'"]), log=f"{out}/continue_train.log")  # fmt: skip
+    runs["continue"] = evaluate(cont, out, "continue")
+    timings["continue"] = time.time() - t
+
+    def adore(init, model_dir, name):
+        t = time.time()
+        samtone("train-adore", "--gin_file=runs/adore.gin", f"--gin.INIT='{init}'", f"--gin.TASK='{TASK}'",
+                f"--gin.MODEL_DIR='{model_dir}'", f"--gin.TRAIN_STEPS={args.steps}", f"--gin.BATCH_SIZE={args.batch}",
+                "--gin.LEARNING_RATE=1e-3", log=f"{out}/{name}_train.log")  # fmt: skip
+        runs[name] = evaluate(model_dir, out, name)
+        timings[name] = time.time() - t
+
+    adore(base, f"{out}/adore", "adore")
+
+    t = time.time()
+    negatives = f"{out}/negatives.tsv"
+    samtone("mine", f"--checkpoint={base}", f"--task={TASK}", "--split=train", f"--out={negatives}",
+            "--num_negatives=4", "--range_min=0", "--range_max=100", "--relative_margin=0.05",
+            log=f"{out}/mine.log")  # fmt: skip
+    star = f"{out}/star"
+    samtone(*train_args(star, vocab, args.steps, args.batch, 1e-3, "losses/star_listwise.gin",
+                        [f"--gin.train.init_checkpoint='{base}'", "--gin.train.num_negatives=2",
+                         f"--gin.hard_negatives_file.path='{negatives}'"]), log=f"{out}/star_train.log")  # fmt: skip
+    runs["star"] = evaluate(star, out, "star")
+    timings["star"] = time.time() - t
+    adore(star, f"{out}/star_adore", "star_adore")
+
+    names = ["continue", "base", "adore", "star", "star_adore"]
+    with open(f"{out}/compare.txt", "w") as f:
+        subprocess.run([sys.executable, "-m", "samtone_jax.cli", "compare", *[runs[n] for n in names],
+                        "--measures", "P@1", "RR", "RR@10", "R@10", "R@100"], stdout=f, check=True)  # fmt: skip
+    results = {n: json.load(open(runs[n]))["metrics"] for n in names}
+    summary = {"runs": runs, "metrics": results, "seconds": timings, "total_seconds": time.time() - start,
+               "config": vars(args)}  # fmt: skip
+    json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
+    print(open(f"{out}/compare.txt").read())
+    print(f"{'arm':12s} {'P@1':>7s} {'MRR':>7s} {'R@10':>7s}")
+    for n in names:
+        m = results[n]
+        print(f"{n:12s} {m['P@1']:7.4f} {m['RR']:7.4f} {m['R@10']:7.4f}")
+    print(f"total {time.time() - start:.0f}s; {out}/summary.json")
+
+
+if __name__ == "__main__":
+    main()
