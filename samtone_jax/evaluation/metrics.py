@@ -28,7 +28,8 @@ def _judged(qrels, run):
 def evaluate(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], measures=DEFAULT_MEASURES):
     """{measure name: mean over the queries of `run`}; a query with no relevant document is skipped
     by ir-measures, as by trec_eval."""
-    return {str(m): float(v) for m, v in ir_measures.calc_aggregate(list(measures), _judged(qrels, run), run).items()}
+    aggregate = ir_measures.calc_aggregate(list(measures), _judged(qrels, run), run)
+    return {str(m): float(aggregate[m]) for m in measures if m in aggregate}  # in the order asked for
 
 
 def per_query(qrels, run, measures=DEFAULT_MEASURES) -> dict[str, dict[str, float]]:
