@@ -76,15 +76,60 @@ def model() -> _DualEncoder:
         raise ValueError(f"gin config does not describe a DualEncoder: {e} (include a gin_configs/models/*.gin)") from e
 
 
+def read_bindings(text: str) -> dict[str, object]:
+    """{'T5Config.emb_dim': 64, ...}: the `name = value` bindings of a saved gin config (as
+    gin.config_str() writes it) with %MACROs resolved, read WITHOUT touching gin's global
+    configuration (loading a checkpoint inside a gin-configured job must not change the job's config).
+    Values are Python literals; a value that is not one (e.g. an @reference) is kept as its text."""
+    import ast
+
+    statements, current, depth = [], "", 0
+    for line in text.splitlines():
+        if line.lstrip().startswith("#") or (not line.strip() and not depth):
+            continue
+        current += (" " if current else "") + line.strip()
+        depth += sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
+        if depth <= 0:
+            statements.append(current)
+            current, depth = "", 0
+    raw = {}
+    for statement in statements:
+        name, sep, value = statement.partition("=")
+        if sep and name.strip() and not name.strip().startswith(("include", "import")):
+            raw[name.strip()] = value.strip()
+
+    def evaluate(value: str):
+        if value.startswith("%"):
+            return evaluate(raw.get(value[1:], "None"))
+        for candidate in (value, value.split("#", 1)[0].strip()):  # then without a trailing comment
+            try:
+                return ast.literal_eval(candidate)
+            except (ValueError, SyntaxError):
+                pass
+        return value
+
+    return {name: evaluate(value) for name, value in raw.items()}
+
+
 def model_from_gin_text(text: str) -> _DualEncoder:
-    """The DualEncoder described by a saved gin config (a checkpoint's model.gin, a run's config.gin)."""
-    _import_configurables()
-    gin.clear_config()
+    """The DualEncoder described by a saved gin config (a checkpoint's model.gin, a run's config.gin),
+    built from its T5Config.* / DualEncoder.* bindings without touching gin's global configuration."""
+    import dataclasses
+
+    bindings = read_bindings(text)
+    fields = {f.name for f in dataclasses.fields(_T5Config)}
+    config_kwargs = {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith("T5Config.")}
+    model_kwargs = {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith("DualEncoder.")}
+    unknown = sorted(set(config_kwargs) - fields) + sorted(set(model_kwargs) - {"architecture", "projection_dim",
+                                                                                  "learnable_temperature"})  # fmt: skip
+    if unknown:
+        raise ValueError(f"saved gin config binds unknown model parameters {unknown}")
+    if isinstance(config_kwargs.get("mlp_activations"), list):
+        config_kwargs["mlp_activations"] = tuple(config_kwargs["mlp_activations"])
     try:
-        gin.parse_config(text)
-    except (ValueError, KeyError, SyntaxError, TypeError) as e:
-        raise ValueError(f"saved gin config does not parse: {e}") from e
-    return model()
+        return _DualEncoder(config=_T5Config(**config_kwargs), **model_kwargs)
+    except TypeError as e:
+        raise ValueError(f"saved gin config does not describe a DualEncoder: {e}") from e
 
 
 def model_gin(model: _DualEncoder) -> str:

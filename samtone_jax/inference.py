@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 
-import gin
 import numpy as np
 
 from samtone_jax.data import vocab as vocab_lib
@@ -64,17 +63,6 @@ class Encoder:
                 f"doc_length={self.doc_length}, source={self.source!r})")  # fmt: skip
 
 
-def _bound(name: str, default=None):
-    """The value gin has bound to `name` ('train.vocabulary'), macros evaluated, else `default`."""
-    try:
-        value = gin.query_parameter(name)
-    except ValueError:
-        return default
-    if isinstance(value, gin.config.ConfigurableReference):
-        value = value.scoped_configurable_fn()
-    return value
-
-
 def checkpoint_steps(model_dir: str) -> list[int]:
     """The steps saved under MODEL_DIR/checkpoints, ascending."""
     directory = os.path.join(model_dir, "checkpoints")
@@ -107,13 +95,13 @@ def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
     )
 
 
-def _vocabulary_path(directory: str, explicit: str | None) -> str | None:
+def _vocabulary_path(directory: str, explicit: str | None, settings: dict) -> str | None:
     if explicit:
         return explicit
     local = os.path.join(directory, VOCAB_FILE)
     if os.path.exists(local):
         return local
-    named = _bound("train.vocabulary")
+    named = settings.get("train.vocabulary")
     if named and "://" not in named and not os.path.exists(named):
         raise FileNotFoundError(
             f"the vocabulary of {directory} was not found: looked for {local} and for train.vocabulary={named!r} "
@@ -127,7 +115,6 @@ def load(path: str, *, step: int | None = None, vocabulary: str | None = None, q
     """An `Encoder` for the checkpoint at `path` (see the module docstring for what `path` may be).
 
     Query / document lengths default to the run's `train.query_length` / `train.doc_length`.
-    Note: this re-parses the checkpoint's gin config into gin's global configuration.
     """
     from samtone_jax import gin_utils
     from samtone_jax.checkpoints import load_model_gin, load_params
@@ -139,7 +126,7 @@ def load(path: str, *, step: int | None = None, vocabulary: str | None = None, q
         if not os.path.exists(config):
             raise FileNotFoundError(f"{config} not found: {directory} has checkpoints but no gin config")
         with open(config) as f:
-            model = gin_utils.model_from_gin_text(f.read())
+            text = f.read()
         params = restore_on_one_device(os.path.join(directory, "checkpoints", str(step), "state"))["params"]
     elif kind == "export":
         import json
@@ -153,10 +140,12 @@ def load(path: str, *, step: int | None = None, vocabulary: str | None = None, q
         return Encoder(model, params, vocab, query_length or info["query_length"], doc_length or info["doc_length"],
                        batch_size, mesh, step=info["source"].get("step"), source=directory)  # fmt: skip
     else:
-        model = gin_utils.model_from_gin_text(load_model_gin(directory))
+        text = load_model_gin(directory)
         params = load_params(directory)
-    vocabulary = _vocabulary_path(directory, vocabulary)
-    query_length = query_length or _bound("train.query_length", 64)
-    doc_length = doc_length or _bound("train.doc_length", 128)
+    model = gin_utils.model_from_gin_text(text)
+    settings = gin_utils.read_bindings(text)
+    vocabulary = _vocabulary_path(directory, vocabulary, settings)
+    query_length = query_length or settings.get("train.query_length", 64)
+    doc_length = doc_length or settings.get("train.doc_length", 128)
     return Encoder(model, params, vocab_lib.vocabulary(vocabulary), query_length, doc_length, batch_size, mesh,
                    step=step, source=directory)  # fmt: skip

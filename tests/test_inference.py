@@ -176,3 +176,31 @@ def test_init_checkpoint_may_be_a_model_dir_or_an_export(trained_run, tmp_path):
     gin_utils.parse(["models/t5_1_1_tiny.gin", "architectures/ade.gin"])
     with pytest.raises(ValueError, match="does not fit the gin model"):
         train.initial_state(gin_utils.model(), tx, mesh, seed=5, init_checkpoint=str(trained_run))
+
+
+def test_loading_a_checkpoint_leaves_the_jobs_gin_config_alone(trained_run):
+    """ADORE / eval / mine load checkpoints inside a gin-configured job: the job's bindings stay."""
+    import gin
+
+    from samtone_jax import gin_utils
+
+    gin_utils.parse(["runs/adore.gin"], ["MODEL_DIR = '/x'", "INIT = '/y'", "TASK = 't'", "LEARNING_RATE = 0.123"])
+    before = gin.config_str()
+    encoder = samtone_jax.load(str(trained_run))
+    assert gin.config_str() == before and gin.query_parameter("adafactor.learning_rate") is not None
+    assert encoder.query_length == 8
+
+
+def test_read_bindings_handles_macros_multiline_values_and_comments():
+    from samtone_jax import gin_utils
+
+    text = (
+        "# Macros:\nSIZE = 64\nNAME = 'a#b'  # a comment\n"
+        "T5Config.emb_dim = %SIZE\nT5Config.mlp_activations = ('gelu',\n    'linear')\n"
+        "train.vocabulary = %NAME\nDualEncoder.projection_dim = None\n"
+    )
+    got = gin_utils.read_bindings(text)
+    assert got["T5Config.emb_dim"] == 64 and got["T5Config.mlp_activations"] == ("gelu", "linear")
+    assert got["train.vocabulary"] == "a#b" and got["DualEncoder.projection_dim"] is None
+    with pytest.raises(ValueError, match="unknown model parameters"):
+        gin_utils.model_from_gin_text("T5Config.emb_dimm = 3\n")
