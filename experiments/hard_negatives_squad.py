@@ -50,6 +50,13 @@ def train_args(model_dir, vocab, steps, batch, lr, loss_gin, extra=()):
     ]  # fmt: skip
 
 
+def existing_eval(model_dir):
+    """The eval JSON of a finished arm (the script resumes: finished arms are not rerun)."""
+    folder = os.path.join(model_dir, "eval")
+    found = sorted(f for f in os.listdir(folder) if f.endswith(".json")) if os.path.isdir(folder) else []
+    return os.path.join(folder, found[-1]) if found else None
+
+
 def evaluate(model_dir, log_dir, name):
     samtone("eval", f"--gin.evaluate.model_dir='{model_dir}'", f"--gin.evaluate.task='{TASK}'",
             "--gin.evaluate.split='test'", "--gin.evaluate.keep_embeddings=False",
@@ -74,41 +81,40 @@ def main():
     if not os.path.exists(vocab):
         samtone("build-vocab", f"--task={TASK}", "--split=all", "--vocab_size=8000", f"--out={vocab}",
                 log=f"{out}/vocab.log")  # fmt: skip
-    base = f"{out}/base"
-    samtone(*train_args(base, vocab, args.base_steps, args.batch, 1e-2, "losses/bidirectional.gin",
-                        ["--gin.adafactor.warmup_steps=50"]), log=f"{out}/base_train.log")  # fmt: skip
-    runs = {"base": evaluate(base, out, "base")}
-    timings["base"] = time.time() - start
+    runs = {}
 
-    t = time.time()
-    cont = f"{out}/continue"
-    samtone(*train_args(cont, vocab, args.steps, args.batch, 1e-3, "losses/bidirectional.gin",
-                        [f"--gin.train.init_checkpoint='{base}'"]), log=f"{out}/continue_train.log")  # fmt: skip
-    runs["continue"] = evaluate(cont, out, "continue")
-    timings["continue"] = time.time() - t
-
-    def adore(init, model_dir, name):
+    def arm(name, argv):
         t = time.time()
-        samtone("train-adore", "--gin_file=runs/adore.gin", f"--gin.INIT='{init}'", f"--gin.TASK='{TASK}'",
-                f"--gin.MODEL_DIR='{model_dir}'", f"--gin.TRAIN_STEPS={args.steps}", f"--gin.BATCH_SIZE={args.batch}",
-                "--gin.LEARNING_RATE=1e-3", log=f"{out}/{name}_train.log")  # fmt: skip
-        runs[name] = evaluate(model_dir, out, name)
+        model_dir = f"{out}/{name}"
+        runs[name] = existing_eval(model_dir)
+        if runs[name] is None:
+            samtone(*argv, log=f"{out}/{name}_train.log")
+            runs[name] = evaluate(model_dir, out, name)
         timings[name] = time.time() - t
 
-    adore(base, f"{out}/adore", "adore")
+    base = f"{out}/base"
+    arm("base", train_args(base, vocab, args.base_steps, args.batch, 1e-2, "losses/bidirectional.gin",
+                           ["--gin.adafactor.warmup_steps=50"]))  # fmt: skip
+    arm("continue", train_args(f"{out}/continue", vocab, args.steps, args.batch, 1e-3, "losses/bidirectional.gin",
+                               [f"--gin.train.init_checkpoint='{base}'"]))  # fmt: skip
 
-    t = time.time()
+    def adore(init, name):
+        arm(name, ["train-adore", "--gin_file=runs/adore.gin", f"--gin.INIT='{init}'", f"--gin.TASK='{TASK}'",
+                   f"--gin.MODEL_DIR='{out}/{name}'", f"--gin.TRAIN_STEPS={args.steps}",
+                   f"--gin.BATCH_SIZE={args.batch}", "--gin.LEARNING_RATE=1e-3"])  # fmt: skip
+
+    adore(base, "adore")
+
     negatives = f"{out}/negatives.tsv"
-    samtone("mine", f"--checkpoint={base}", f"--task={TASK}", "--split=train", f"--out={negatives}",
-            "--num_negatives=4", "--range_min=0", "--range_max=100", "--relative_margin=0.05",
-            log=f"{out}/mine.log")  # fmt: skip
+    if not os.path.exists(negatives):
+        samtone("mine", f"--checkpoint={base}", f"--task={TASK}", "--split=train", f"--out={negatives}",
+                "--num_negatives=4", "--range_min=0", "--range_max=100", "--relative_margin=0.05",
+                log=f"{out}/mine.log")  # fmt: skip
     star = f"{out}/star"
-    samtone(*train_args(star, vocab, args.steps, args.batch, 1e-3, "losses/star_listwise.gin",
-                        [f"--gin.train.init_checkpoint='{base}'", "--gin.train.num_negatives=2",
-                         f"--gin.hard_negatives_file.path='{negatives}'"]), log=f"{out}/star_train.log")  # fmt: skip
-    runs["star"] = evaluate(star, out, "star")
-    timings["star"] = time.time() - t
-    adore(star, f"{out}/star_adore", "star_adore")
+    arm("star", train_args(star, vocab, args.steps, args.batch, 1e-3, "losses/star_listwise.gin",
+                           [f"--gin.train.init_checkpoint='{base}'", "--gin.train.num_negatives=2",
+                            f"--gin.hard_negatives_file.path='{negatives}'"]))  # fmt: skip
+    adore(star, "star_adore")
 
     names = ["continue", "base", "adore", "star", "star_adore"]
     with open(f"{out}/compare.txt", "w") as f:
