@@ -52,6 +52,19 @@ def param_shardings(mesh: Mesh, boxed_params, rules=DEFAULT_RULES):
     )
 
 
+def init_on_mesh(init_fn, params, mesh: Mesh):
+    """init_fn(params) (e.g. an optimizer's init) with every leaf laid out on `mesh`: leaves XLA left
+    on one device (scalar step counts) are replicated, so a checkpoint of them restores on any
+    topology (a single-device array would pin the restored state to device 0)."""
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    def place(x):
+        on_mesh = isinstance(x.sharding, NamedSharding) and x.sharding.mesh == mesh
+        return x if on_mesh else jax.device_put(x, replicated)
+
+    return jax.tree_util.tree_map(place, jax.jit(init_fn)(params))
+
+
 def batch_sharding(mesh: Mesh) -> NamedSharding:
     """Leading (batch) dimension over 'data', everything else replicated."""
     return NamedSharding(mesh, PartitionSpec("data"))
@@ -69,6 +82,7 @@ __all__ = [
     "batch_sharding",
     "create_mesh",
     "host_to_global",
+    "init_on_mesh",
     "param_partition_specs",
     "param_shardings",
 ]

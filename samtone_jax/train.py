@@ -129,7 +129,7 @@ def initial_state(model, tx, mesh, seed: int, init_checkpoint: str | None):
     return {
         "step": jax.device_put(jnp.zeros((), jnp.int32), replicated),
         "params": params,
-        "opt_state": jax.jit(tx.init)(params),
+        "opt_state": partitioning.init_on_mesh(tx.init, params, mesh),
         "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed + 1)), replicated),
     }
 

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -141,36 +142,46 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_two_processes_of_two_devices_equal_one_process_of_four(wordnet_fixture, tmp_path):
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _local(n, devices, argv, env, log_dir, timeout=300):
+    """launch/local.sh: n processes of `devices` CPU devices each over jax.distributed."""
+    cmd = ["bash", str(REPO / "launch" / "local.sh"), str(n), f"--devices={devices}", f"--port={_free_port()}",
+           f"--logs={log_dir}", *argv]  # fmt: skip
+    proc = subprocess.run(cmd, env=dict(env, PYTHON=sys.executable), capture_output=True, text=True, timeout=timeout)
+    logs = "".join(open(os.path.join(log_dir, f)).read()[-2000:] for f in sorted(os.listdir(log_dir)))
+    assert proc.returncode == 0, proc.stderr + logs
+    return open(os.path.join(log_dir, "process_0.log")).read()
+
+
+def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_topologies(wordnet_fixture, tmp_path):
+    """launch/local.sh 2 × 2 devices = 1 × 4 (train and eval); a checkpoint saved on 2 processes × 2
+    devices resumes on 1 device, one saved on 1 × 4 resumes on 2 × 2, and both reach the same state."""
+    import json
+
     wn, vocab_path = wordnet_fixture
     env = _env(wn)
-    single = tmp_path / "single"
+    single, multi = tmp_path / "single", tmp_path / "multi"
     _run(_argv(single, vocab_path, steps=3, extra=["--num_cpu_devices=4"]), env, tmp_path / "single.log")
-    port = _free_port()
-    multi = tmp_path / "multi"
-    procs = [
-        _launch(
-            _argv(
-                multi,
-                vocab_path,
-                steps=3,
-                extra=[
-                    "--num_cpu_devices=2",
-                    f"--coordinator_address=127.0.0.1:{port}",
-                    "--num_processes=2",
-                    f"--process_id={i}",
-                ],
-            ),
-            env,
-            tmp_path / f"multi{i}.log",
-        )  # fmt: skip
-        for i in range(2)
-    ]
-    for i, p in enumerate(procs):
-        assert p.wait(timeout=300) == 0, open(tmp_path / f"multi{i}.log").read()[-3000:]
+    text = _local(2, 2, _argv(multi, vocab_path, steps=3), env, tmp_path / "logs_multi")
     for x, y in zip(jax_leaves(_params(single, 3)), jax_leaves(_params(multi, 3)), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
-    assert sorted(_losses(open(tmp_path / "multi0.log").read())) == [1, 2, 3]
+    assert sorted(_losses(text)) == [1, 2, 3]
+    # Cross-topology resumption: 2 × 2 -> 1 × 1 and 1 × 4 -> 2 × 2, both on to step 5.
+    one = _run(_argv(multi, vocab_path, steps=5, extra=["--num_cpu_devices=1"]), env, tmp_path / "one.log")
+    two = _local(2, 2, _argv(single, vocab_path, steps=5), env, tmp_path / "logs_single")
+    assert sorted(_losses(one)) == sorted(_losses(two)) == [4, 5]
+    for a, b in zip(_losses(one).values(), _losses(two).values(), strict=True):
+        assert a == pytest.approx(b, rel=1e-5)
+    for x, y in zip(jax_leaves(_params(single, 5)), jax_leaves(_params(multi, 5)), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    # Evaluation on 2 processes (each encodes its share) = on 1 process.
+    flags = ["--gin.evaluate.task='wordnet_definitions'", "--gin.evaluate.split='all'", "--gin.evaluate.k=10"]
+    _run(["eval", f"--gin.evaluate.model_dir='{single}'", "--num_cpu_devices=4", *flags], env, tmp_path / "e1.log")
+    _local(2, 2, ["eval", f"--gin.evaluate.model_dir='{multi}'", *flags], env, tmp_path / "logs_eval")
+    results = [json.load(open(d / "eval" / "wordnet_definitions_all_step5.json"))["metrics"] for d in (single, multi)]
+    assert results[0] == pytest.approx(results[1], abs=1e-6)
 
 
 def test_missing_macro_and_gin_typo_fail_before_compilation(capsys):
