@@ -28,6 +28,20 @@ DEFAULT_RULES: tuple[tuple[str, str | None], ...] = (
 )
 
 
+# FSDP (T5X's "2-D" layout): the `embed` dimension of every parameter is also split over 'data',
+# so parameters, gradients and optimizer state take 1/devices of the memory; XLA all-gathers each
+# weight where it is used (per layer) and reduce-scatters its gradient.
+FSDP_RULES: tuple[tuple[str, str | None], ...] = tuple(
+    (name, "data") if name == "embed" else (name, axis) for name, axis in DEFAULT_RULES
+)
+
+
+@gin.configurable
+def logical_rules(fsdp: bool = False):
+    """The logical -> mesh axis rules in use (gin `logical_rules.fsdp = True` for FSDP)."""
+    return FSDP_RULES if fsdp else DEFAULT_RULES
+
+
 @gin.configurable
 def create_mesh(num_partitions: int = 1, devices=None) -> Mesh:
     """A ('data', 'model') mesh over all devices (of all processes); 'model' has num_partitions."""
@@ -40,12 +54,13 @@ def create_mesh(num_partitions: int = 1, devices=None) -> Mesh:
     return Mesh(grid, ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
-def param_partition_specs(boxed_params, rules=DEFAULT_RULES):
-    """Mesh PartitionSpecs for a tree of logically-boxed parameters (from `init_params`)."""
-    return nn.logical_to_mesh(nn.get_partition_spec(boxed_params), rules)
+def param_partition_specs(boxed_params, rules=None):
+    """Mesh PartitionSpecs for a tree of logically-boxed parameters (from `init_params`); rules
+    default to `logical_rules()` (gin)."""
+    return nn.logical_to_mesh(nn.get_partition_spec(boxed_params), rules or logical_rules())
 
 
-def param_shardings(mesh: Mesh, boxed_params, rules=DEFAULT_RULES):
+def param_shardings(mesh: Mesh, boxed_params, rules=None):
     specs = param_partition_specs(boxed_params, rules)
     return jax.tree_util.tree_map(
         lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda x: isinstance(x, PartitionSpec)
@@ -78,6 +93,8 @@ def host_to_global(mesh: Mesh, local_batch: dict[str, np.ndarray]) -> dict[str, 
 
 __all__ = [
     "DEFAULT_RULES",
+    "FSDP_RULES",
+    "logical_rules",
     "PartitionSpec",
     "batch_sharding",
     "create_mesh",

@@ -166,3 +166,29 @@ def test_non_finite_loss_stops_with_the_step_range_and_last_checkpoint(tmp_path)
         progress.record(210, {"loss": np.float32("nan"), "accuracy": np.float32(0.5)})
     progress.pending = []
     progress.close()
+
+
+def test_fsdp_shards_parameters_and_takes_the_same_step(gin_tiny):
+    """gin logical_rules.fsdp = True: every parameter's embed dimension split over the 8 data devices,
+    and the step (loss, updated parameters) equals the replicated one."""
+    if jax.device_count() < 8:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    mesh = partitioning.create_mesh()
+    batch = _batch(k=1)
+    replicated_params, replicated = _one_step(gin_tiny, mesh, batch)
+    gin_utils.parse(
+        ["models/t5_1_1_tiny.gin", "architectures/ade_spl.gin", "losses/samtone_both.gin"],
+        ["VOCAB_SIZE = 97", "DROPOUT_RATE = 0.1", "PROJECTION_DIM = 16", "TEMPERATURE = 0.05",
+         "logical_rules.fsdp = True"],
+    )  # fmt: skip
+    tx, _ = train.adafactor(learning_rate=1e-2, train_steps=10)
+    state = train.initial_state(gin_tiny, tx, mesh, seed=0, init_checkpoint=None)
+    scale = state["params"]["query_encoder"]["encoder_norm"]["scale"]
+    assert scale.addressable_shards[0].data.shape == (32 // 8,)  # emb_dim 32 over 8 devices
+    kernel = state["params"]["query_encoder"]["layers_0"]["mlp"]["wo"]
+    assert kernel.addressable_shards[0].data.shape == (64, 32 // 8)  # [mlp, embed]
+    fsdp_params, fsdp = _one_step(gin_tiny, mesh, batch)
+    np.testing.assert_allclose(fsdp["loss"], replicated["loss"], rtol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(fsdp_params), jax.tree_util.tree_leaves(replicated_params),
+                    strict=True):  # fmt: skip
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,93 @@
+"""Per-device memory of the T5.1.1-XXL SDE training step on a v4-64-shaped mesh, computed without
+allocating anything: abstract parameters and batch (jax.ShapeDtypeStruct with shardings), the
+step lowered and compiled for 32 simulated devices (v4-64 = 32 chips), memory read from XLA's
+compiled memory analysis. With and without FSDP (gin logical_rules.fsdp).
+
+  .venv/bin/python benchmarks/xxl_memory.py [--devices 32] [--batch 512] [--length 64] [--grad_cache 0]
+
+The numbers are XLA:CPU's buffer assignment for the partitioned program: arguments (parameters,
+optimizer state, batch), outputs and temporaries per device. TPU's compiler fuses and rematerialises
+differently; read them as the layout's footprint (what FSDP divides), not a TPU HBM prediction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+DEVICES = int(sys.argv[sys.argv.index("--devices") + 1]) if "--devices" in sys.argv else 32
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from samtone_jax import gin_utils, partitioning, train  # noqa: E402
+from samtone_jax.models import init_params  # noqa: E402
+
+GiB = 1024**3
+
+
+def report(fsdp: bool, args) -> dict:
+    gin_utils.parse(
+        ["models/t5_1_1_xxl.gin", "architectures/sde.gin", "losses/samtone_query.gin"],
+        ["ACTIVATION_DTYPE = 'bfloat16'", f"logical_rules.fsdp = {fsdp}"],
+    )
+    model = gin_utils.model()
+    mesh = partitioning.create_mesh()
+    boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
+    shardings = partitioning.param_shardings(mesh, boxed)
+    import flax.linen as nn
+
+    params = jax.tree_util.tree_map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.unbox(boxed), shardings
+    )
+    tx, schedule = train.adafactor(train_steps=20000)
+    opt_shardings = jax.jit(tx.init).lower(params).compile().output_shardings
+    opt_state = jax.tree_util.tree_map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), jax.eval_shape(tx.init, params), opt_shardings
+    )
+    replicated = NamedSharding(mesh, P())
+    state = {"step": jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated), "params": params,
+             "opt_state": opt_state, "rng": jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)}  # fmt: skip
+    rows = NamedSharding(mesh, P("data"))
+    batch = {k: jax.ShapeDtypeStruct((args.batch, args.length), jnp.int32, sharding=rows)
+             for k in ("query_tokens", "doc_tokens")}  # fmt: skip
+    start = time.time()
+    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, args.grad_cache or None))
+    compiled = step.lower(state, batch).compile()
+    memory = compiled.memory_analysis()
+    n = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
+    return {
+        "parameters": n,
+        "arguments_gib": memory.argument_size_in_bytes / GiB,
+        "outputs_gib": memory.output_size_in_bytes / GiB,
+        "temp_gib": memory.temp_size_in_bytes / GiB,
+        "aliased_gib": memory.alias_size_in_bytes / GiB,
+        "compile_s": time.time() - start,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--devices", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--grad_cache", type=int, default=0, help="GradCache chunk (0: off)")
+    args = parser.parse_args()
+    print(f"T5.1.1-XXL SDE, batch {args.batch} x {args.length} tokens, {jax.device_count()} devices "
+          f"(mesh data={jax.device_count()}), GradCache chunk {args.grad_cache or 'off'}; per device:")  # fmt: skip
+    print(f"{'layout':>10s} {'params':>14s} {'arguments':>10s} {'outputs':>10s} {'temp':>10s} {'compile':>8s}")
+    for fsdp in (False, True):
+        r = report(fsdp, args)
+        print(f"{'FSDP' if fsdp else 'replicated':>10s} {r['parameters']:14,d} {r['arguments_gib']:9.2f}G "
+              f"{r['outputs_gib']:9.2f}G {r['temp_gib']:9.2f}G {r['compile_s']:7.0f}s", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
