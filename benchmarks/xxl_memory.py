@@ -48,11 +48,12 @@ def report(fsdp: bool, args) -> dict:
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.unbox(boxed), shardings
     )
     tx, schedule = train.adafactor(train_steps=20000)
-    opt_shardings = jax.jit(tx.init).lower(params).compile().output_shardings
-    opt_state = jax.tree_util.tree_map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), jax.eval_shape(tx.init, params), opt_shardings
-    )
     replicated = NamedSharding(mesh, P())
+    opt_state = jax.tree_util.tree_map(  # laid out as training lays it out
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        jax.eval_shape(tx.init, params),
+        partitioning.optimizer_state_shardings(tx, params, mesh),
+    )
     state = {"step": jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated), "params": params,
              "opt_state": opt_state, "rng": jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)}  # fmt: skip
     rows = NamedSharding(mesh, P("data"))
@@ -60,7 +61,8 @@ def report(fsdp: bool, args) -> dict:
              for k in ("query_tokens", "doc_tokens")}  # fmt: skip
     start = time.time()
     step = jax.jit(train.make_train_step(model, tx, schedule, mesh, args.grad_cache or None))
-    compiled = step.lower(state, batch).compile()
+    with partitioning.activation_sharding(mesh):
+        compiled = step.lower(state, batch).compile()
     memory = compiled.memory_analysis()
     n = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
     return {

@@ -8,6 +8,8 @@ and parameters are replicated: plain data parallelism, which the contrastive los
 
 from __future__ import annotations
 
+import contextlib
+
 import flax.linen as nn
 import gin
 import jax
@@ -22,6 +24,7 @@ DEFAULT_RULES: tuple[tuple[str, str | None], ...] = (
     ("mlp", "model"),
     ("heads", "model"),
     ("kv", None),
+    ("activation_embed", None),
     ("length", None),
     ("relpos_buckets", None),
     ("projection", None),
@@ -67,17 +70,46 @@ def param_shardings(mesh: Mesh, boxed_params, rules=None):
     )
 
 
-def init_on_mesh(init_fn, params, mesh: Mesh):
-    """init_fn(params) (e.g. an optimizer's init) with every leaf laid out on `mesh`: leaves XLA left
-    on one device (scalar step counts) are replicated, so a checkpoint of them restores on any
-    topology (a single-device array would pin the restored state to device 0)."""
+class activation_sharding(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
+    """Trace the model with its activation constraints live (the logical rules in use and `mesh`).
+    jax.set_mesh must be entered outside jit: wrap the calls that trace the train step. Reusable."""
+
+    def __init__(self, mesh: Mesh):
+        self.mesh, self._stack = mesh, None
+
+    def __enter__(self):
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(jax.set_mesh(self.mesh))
+        self._stack.enter_context(nn.logical_axis_rules(logical_rules()))
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+
+def optimizer_state_shardings(tx, params, mesh: Mesh):
+    """Shardings for tx.init(params): a statistic shaped like its parameter (Adafactor's unfactored
+    second moment, momenta) takes the parameter's sharding (so FSDP divides it too); everything else
+    (factored row / column statistics, step counts) is replicated over the mesh. `params` may be
+    arrays or ShapeDtypeStructs carrying shardings."""
+    import optax
+
     replicated = NamedSharding(mesh, PartitionSpec())
+    shapes = jax.eval_shape(tx.init, params)
 
-    def place(x):
-        on_mesh = isinstance(x.sharding, NamedSharding) and x.sharding.mesh == mesh
-        return x if on_mesh else jax.device_put(x, replicated)
+    def like_param(stat, param):
+        same = hasattr(stat, "shape") and tuple(stat.shape) == tuple(param.shape)
+        return param.sharding if same else replicated
 
-    return jax.tree_util.tree_map(place, jax.jit(init_fn)(params))
+    shardings = optax.tree_map_params(tx, like_param, shapes, params, transform_non_params=lambda _: replicated)
+    return jax.tree_util.tree_map(lambda s: replicated if not isinstance(s, NamedSharding) else s, shardings,
+                                  is_leaf=lambda s: isinstance(s, jax.sharding.Sharding))  # fmt: skip
+
+
+def init_optimizer_state(tx, params, mesh: Mesh):
+    """tx.init(params) created directly in its sharded layout (never whole on one device), so a
+    checkpoint of it also restores on any topology."""
+    return jax.jit(tx.init, out_shardings=optimizer_state_shardings(tx, params, mesh))(params)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
@@ -96,10 +128,12 @@ __all__ = [
     "FSDP_RULES",
     "logical_rules",
     "PartitionSpec",
+    "activation_sharding",
     "batch_sharding",
     "create_mesh",
     "host_to_global",
-    "init_on_mesh",
+    "init_optimizer_state",
+    "optimizer_state_shardings",
     "param_partition_specs",
     "param_shardings",
 ]

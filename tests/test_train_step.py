@@ -41,7 +41,9 @@ def _one_step(model, mesh, batch, chunk=None):
     tx, schedule = train.adafactor(learning_rate=1e-2, train_steps=10)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
     step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk))
-    new_state, metrics = step(state, partitioning.host_to_global(mesh, batch))
+    batch = partitioning.host_to_global(mesh, batch)
+    with partitioning.activation_sharding(mesh):  # the activation constraints live, as train() under FSDP
+        new_state, metrics = step(state, batch)
     return jax.device_get(new_state["params"]), jax.device_get(metrics)
 
 

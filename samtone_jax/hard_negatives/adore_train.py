@@ -159,7 +159,7 @@ def train_adore(model_dir: str = gin.REQUIRED, init_checkpoint: str = gin.REQUIR
                             partitioning.param_shardings(mesh, boxed))  # fmt: skip
     replicated = NamedSharding(mesh, P())
     state = {"step": jax.device_put(jnp.zeros((), jnp.int32), replicated), "params": params,
-             "opt_state": partitioning.init_on_mesh(tx.init, params, mesh),
+             "opt_state": partitioning.init_optimizer_state(tx, params, mesh),
              "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed)), replicated)}  # fmt: skip
     checkpointer = TrainCheckpointer(os.path.join(model_dir, "checkpoints"), checkpoint_every, keep_checkpoints)
     state, start = checkpointer.restore_latest(state)

@@ -28,6 +28,10 @@ import numpy as np
 Dtype = Any
 
 PAD_ID = 0
+# Logical names of the residual stream's axes. Under partitioning.activation_sharding (the train
+# step) they pin activations to the batch layout, so with FSDP XLA gathers each layer's weights
+# instead of gathering the batch; outside it (or without rules) the constraints are no-ops.
+ACTIVATION_AXES = ("batch", "length", "activation_embed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +192,7 @@ class MlpBlock(nn.Module):
             kernel = _param(self, name, _fan_in_init(), (cfg.emb_dim, cfg.mlp_dim), ("embed", "mlp"), pdtype)
             h = _ACTIVATIONS[act](jnp.einsum("bld,df->blf", x.astype(dtype), kernel.astype(dtype)))
             hidden = h if hidden is None else hidden * h
+        hidden = nn.with_logical_constraint(hidden, ("batch", "length", "mlp"))
         hidden = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))(hidden, deterministic=deterministic)
         wo = _param(self, "wo", _fan_in_init(), (cfg.mlp_dim, cfg.emb_dim), ("mlp", "embed"), pdtype)
         return jnp.einsum("blf,fd->bld", hidden, wo.astype(dtype))
@@ -204,10 +209,10 @@ class EncoderLayer(nn.Module):
         norm = dict(epsilon=cfg.layer_norm_epsilon, dtype=dtype, param_dtype=jnp.dtype(cfg.param_dtype))
         y = RMSNorm(name="pre_attention_layer_norm", **norm)(x)
         y = SelfAttention(cfg, name="attention")(y, bias, deterministic)
-        x = x + drop(y, deterministic=deterministic)
+        x = nn.with_logical_constraint(x + drop(y, deterministic=deterministic), ACTIVATION_AXES)
         y = RMSNorm(name="pre_mlp_layer_norm", **norm)(x)
         y = MlpBlock(cfg, name="mlp")(y, deterministic)
-        return x + drop(y, deterministic=deterministic)
+        return nn.with_logical_constraint(x + drop(y, deterministic=deterministic), ACTIVATION_AXES)
 
 
 class T5Encoder(nn.Module):
