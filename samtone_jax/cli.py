@@ -74,10 +74,11 @@ def _init_distributed(args) -> None:
         jax.config.update("jax_num_cpu_devices", args.num_cpu_devices)
     if args.coordinator_address or args.num_processes:
         jax.distributed.initialize(
-            coordinator_address=args.coordinator_address, num_processes=args.num_processes, process_id=args.process_id
-        )
-    elif args.multihost:
-        jax.distributed.initialize()  # TPU pod / SLURM: discovered from the environment
+            coordinator_address=args.coordinator_address, num_processes=args.num_processes, process_id=args.process_id,
+            heartbeat_timeout_seconds=args.heartbeat_timeout_seconds,
+        )  # fmt: skip
+    elif args.multihost:  # TPU pod / SLURM: discovered from the environment
+        jax.distributed.initialize(heartbeat_timeout_seconds=args.heartbeat_timeout_seconds)
 
 
 def _cmd_train(args, bindings) -> int:
@@ -222,6 +223,8 @@ def _add_distributed_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num_processes", type=int, default=None)
     p.add_argument("--process_id", type=int, default=None)
     p.add_argument("--num_cpu_devices", type=int, default=None, help="CPU devices per process (testing)")
+    p.add_argument("--heartbeat_timeout_seconds", type=int, default=100,
+                   help="a process silent this long (killed, lost) makes the others exit, not hang")  # fmt: skip
 
 
 def _checkpoint_flags(p: argparse.ArgumentParser) -> None:

@@ -88,22 +88,19 @@ class activation_sharding(contextlib.ContextDecorator):  # noqa: N801 (used like
 
 
 def optimizer_state_shardings(tx, params, mesh: Mesh):
-    """Shardings for tx.init(params): a statistic shaped like its parameter (Adafactor's unfactored
-    second moment, momenta) takes the parameter's sharding (so FSDP divides it too); everything else
-    (factored row / column statistics, step counts) is replicated over the mesh. `params` may be
-    arrays or ShapeDtypeStructs carrying shardings."""
-    import optax
-
+    """Shardings for tx.init(params): a statistic shaped like a parameter (Adafactor's unfactored
+    second moment, momenta) takes that parameter's sharding (so FSDP divides it too); everything else
+    (factored row / column statistics, step counts) is replicated over the mesh. Matched by shape,
+    so it works through any optax wrapper (multi_transform, masked, ...). `params`: arrays or
+    ShapeDtypeStructs carrying shardings."""
     replicated = NamedSharding(mesh, PartitionSpec())
-    shapes = jax.eval_shape(tx.init, params)
-
-    def like_param(stat, param):
-        same = hasattr(stat, "shape") and tuple(stat.shape) == tuple(param.shape)
-        return param.sharding if same else replicated
-
-    shardings = optax.tree_map_params(tx, like_param, shapes, params, transform_non_params=lambda _: replicated)
-    return jax.tree_util.tree_map(lambda s: replicated if not isinstance(s, NamedSharding) else s, shardings,
-                                  is_leaf=lambda s: isinstance(s, jax.sharding.Sharding))  # fmt: skip
+    by_shape = {}
+    for leaf in jax.tree_util.tree_leaves(params):
+        by_shape.setdefault(tuple(leaf.shape), leaf.sharding)
+    return jax.tree_util.tree_map(
+        lambda stat: by_shape.get(tuple(stat.shape), replicated) if stat.ndim else replicated,
+        jax.eval_shape(tx.init, params),
+    )
 
 
 def init_optimizer_state(tx, params, mesh: Mesh):

@@ -184,6 +184,25 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
     assert results[0] == pytest.approx(results[1], abs=1e-6)
 
 
+def test_a_killed_process_stops_the_others_and_a_restart_resumes(wordnet_fixture, tmp_path):
+    """One of 2 processes SIGKILLed mid-run: the other exits with the runtime's error within the
+    heartbeat timeout (no hang); rerunning both resumes from the last checkpoint."""
+    wn, vocab_path = wordnet_fixture
+    env, model_dir, port = _env(wn), tmp_path / "run", _free_port()
+    argv = _argv(model_dir, vocab_path, steps=8, extra=["--gin.train.checkpoint_every=2"])
+    flags = [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", "--num_cpu_devices=1",
+             "--heartbeat_timeout_seconds=10"]  # fmt: skip
+    procs = [_launch([*argv, *flags, f"--process_id={i}"], env, tmp_path / f"p{i}.log", slow=True) for i in range(2)]
+    _wait_for(lambda: "step 3/" in open(tmp_path / "p0.log").read() or procs[0].poll() is not None)
+    procs[1].send_signal(signal.SIGKILL)
+    start = time.time()
+    survivor = procs[0].wait(timeout=120)  # a hang fails here
+    assert survivor != 0 and time.time() - start < 60
+    assert "heartbeat" in open(tmp_path / "p0.log").read()  # "stopped sending heartbeats" / "heartbeat timeout"
+    text = _local(2, 1, argv, env, tmp_path / "logs_restart")
+    assert "resumed from step" in text and max(_losses(text)) == 8
+
+
 def test_missing_macro_and_gin_typo_fail_before_compilation(capsys):
     from samtone_jax import cli
 

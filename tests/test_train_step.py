@@ -189,6 +189,9 @@ def test_fsdp_shards_parameters_and_takes_the_same_step(gin_tiny):
     assert scale.addressable_shards[0].data.shape == (32 // 8,)  # emb_dim 32 over 8 devices
     kernel = state["params"]["query_encoder"]["layers_0"]["mlp"]["wo"]
     assert kernel.addressable_shards[0].data.shape == (64, 32 // 8)  # [mlp, embed]
+    # An unfactored Adafactor statistic (attention kernel [embed 32, heads 4, kv 8]) is sharded too.
+    stats = [x for x in jax.tree_util.tree_leaves(state["opt_state"]) if x.shape == (32, 4, 8)]
+    assert stats and all(x.addressable_shards[0].data.shape == (4, 4, 8) for x in stats)
     fsdp_params, fsdp = _one_step(gin_tiny, mesh, batch)
     np.testing.assert_allclose(fsdp["loss"], replicated["loss"], rtol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(fsdp_params), jax.tree_util.tree_leaves(replicated_params),

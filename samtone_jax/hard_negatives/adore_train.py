@@ -149,14 +149,14 @@ def train_adore(model_dir: str = gin.REQUIRED, init_checkpoint: str = gin.REQUIR
 
     schedule_tx, schedule = adafactor(train_steps=train_steps)
 
-    def labels(tree):  # the document side stays what built the index: no update, no optimizer state
-        return {key: jax.tree_util.tree_map(lambda _, key=key: "frozen" if key in FROZEN else "train", value)
-                for key, value in tree.items()}  # fmt: skip
-
-    tx = optax.multi_transform({"train": schedule_tx, "frozen": optax.set_to_zero()}, labels)
     boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
     params = jax.device_put(ade_params(source.architecture, jax.device_get(source.params)),
                             partitioning.param_shardings(mesh, boxed))  # fmt: skip
+    # The document side stays what built the index: no update, no optimizer state. (A concrete label
+    # tree, not a function: optax.tree_map_params traces the optimizer's init with placeholders.)
+    labels = {key: jax.tree_util.tree_map(lambda _, key=key: "frozen" if key in FROZEN else "train", value)
+              for key, value in params.items()}  # fmt: skip
+    tx = optax.multi_transform({"train": schedule_tx, "frozen": optax.set_to_zero()}, labels)
     replicated = NamedSharding(mesh, P())
     state = {"step": jax.device_put(jnp.zeros((), jnp.int32), replicated), "params": params,
              "opt_state": partitioning.init_optimizer_state(tx, params, mesh),
