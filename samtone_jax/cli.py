@@ -81,37 +81,23 @@ def _init_distributed(args) -> None:
         jax.distributed.initialize(heartbeat_timeout_seconds=args.heartbeat_timeout_seconds)
 
 
-def _cmd_train(args, bindings) -> int:
-    _init_distributed(args)
-    from samtone_jax import gin_utils, train
+def _gin_command(module: str, function: str, report_final: bool):
+    """A mode that joins the distributed runtime, parses the gin flags and calls the gin-configured
+    `module.function()` (train, train_adore, evaluate)."""
 
-    gin_utils.parse(args.gin_file, args.gin_bindings + bindings)
-    metrics = train.train()
-    if metrics:
-        print("final " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())))
-    return 0
+    def run(args, bindings) -> int:
+        _init_distributed(args)
+        import importlib
 
+        from samtone_jax import gin_utils
 
-def _cmd_train_adore(args, bindings) -> int:
-    _init_distributed(args)
-    from samtone_jax import gin_utils
-    from samtone_jax.hard_negatives.adore_train import train_adore
+        gin_utils.parse(args.gin_file, args.gin_bindings + bindings)
+        metrics = getattr(importlib.import_module(module), function)()
+        if report_final and metrics:
+            print("final " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())))
+        return 0
 
-    gin_utils.parse(args.gin_file, args.gin_bindings + bindings)
-    metrics = train_adore()
-    if metrics:
-        print("final " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())))
-    return 0
-
-
-def _cmd_eval(args, bindings) -> int:
-    _init_distributed(args)
-    from samtone_jax import gin_utils
-    from samtone_jax.evaluation import run
-
-    gin_utils.parse(args.gin_file, args.gin_bindings + bindings)
-    run.evaluate()
-    return 0
+    return run
 
 
 def _default_embeddings_dir(checkpoint: str, task: str, split: str, step: int | None) -> str:
@@ -293,17 +279,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a dual encoder (gin: runs/*.gin)")
     _add_gin_flags(p)
     _add_distributed_flags(p)
-    p.set_defaults(run=_cmd_train)
+    p.set_defaults(run=_gin_command("samtone_jax.train", "train", report_final=True))
 
     p = sub.add_parser("train-adore", help="ADORE: train the query tower against a frozen index (gin: train_adore.*)")
     _add_gin_flags(p)
     _add_distributed_flags(p)
-    p.set_defaults(run=_cmd_train_adore)
+    p.set_defaults(run=_gin_command("samtone_jax.hard_negatives.adore_train", "train_adore", report_final=True))
 
     p = sub.add_parser("eval", help="retrieval metrics of a trained model (gin: evaluate.*)")
     _add_gin_flags(p)
     _add_distributed_flags(p)
-    p.set_defaults(run=_cmd_eval)
+    p.set_defaults(run=_gin_command("samtone_jax.evaluation.run", "evaluate", report_final=False))
 
     p = sub.add_parser("encode", help="embed a task's queries / corpus into resumable shards")
     _checkpoint_flags(p)
