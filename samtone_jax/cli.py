@@ -81,6 +81,15 @@ def _init_distributed(args) -> None:
         jax.distributed.initialize(heartbeat_timeout_seconds=args.heartbeat_timeout_seconds)
 
 
+# Modes configured entirely by gin: (mode, module, gin-configurable function, print final metrics, help).
+GIN_MODES = (
+    ("train", "samtone_jax.train", "train", True, "train a dual encoder (gin: runs/*.gin)"),
+    ("train-adore", "samtone_jax.hard_negatives.adore_train", "train_adore", True,
+     "ADORE: train the query tower against a frozen index (gin: train_adore.*)"),
+    ("eval", "samtone_jax.evaluation.run", "evaluate", False, "retrieval metrics of a trained model (gin: evaluate.*)"),
+)  # fmt: skip
+
+
 def _gin_command(module: str, function: str, report_final: bool):
     """A mode that joins the distributed runtime, parses the gin flags and calls the gin-configured
     `module.function()` (train, train_adore, evaluate)."""
@@ -276,20 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
     p.set_defaults(run=_cmd_import_checkpoint)
 
-    p = sub.add_parser("train", help="train a dual encoder (gin: runs/*.gin)")
-    _add_gin_flags(p)
-    _add_distributed_flags(p)
-    p.set_defaults(run=_gin_command("samtone_jax.train", "train", report_final=True))
-
-    p = sub.add_parser("train-adore", help="ADORE: train the query tower against a frozen index (gin: train_adore.*)")
-    _add_gin_flags(p)
-    _add_distributed_flags(p)
-    p.set_defaults(run=_gin_command("samtone_jax.hard_negatives.adore_train", "train_adore", report_final=True))
-
-    p = sub.add_parser("eval", help="retrieval metrics of a trained model (gin: evaluate.*)")
-    _add_gin_flags(p)
-    _add_distributed_flags(p)
-    p.set_defaults(run=_gin_command("samtone_jax.evaluation.run", "evaluate", report_final=False))
+    for mode, module, function, report_final, text in GIN_MODES:
+        p = sub.add_parser(mode, help=text)
+        _add_gin_flags(p)
+        _add_distributed_flags(p)
+        p.set_defaults(run=_gin_command(module, function, report_final))
 
     p = sub.add_parser("encode", help="embed a task's queries / corpus into resumable shards")
     _checkpoint_flags(p)
