@@ -81,6 +81,18 @@ def _gelu_tanh(x):
 _ACTIVATIONS = {"gelu": _gelu_tanh, "relu": nn.relu, "linear": lambda x: x}
 
 
+def _dense(x: jax.Array, kernel: jax.Array, in_dims: int = 1) -> jax.Array:
+    """x [..., *in] · kernel [*in, *out] -> [..., *out] as one 2-D matmul [tokens, in] · [in, out].
+
+    Same result as the einsum; XLA:CPU compiles the 2-D form's backward without the transposing
+    fusions that the batched 3-D einsum gets (1.7x faster for the gated MLP, forward + backward).
+    """
+    in_shape, out_shape = kernel.shape[:in_dims], kernel.shape[in_dims:]
+    lead = x.shape[: x.ndim - in_dims]
+    flat = x.reshape(-1, int(np.prod(in_shape))) @ kernel.reshape(int(np.prod(in_shape)), -1)
+    return flat.reshape(*lead, *out_shape)
+
+
 def _param(module: nn.Module, name: str, init, shape, axes, dtype):
     """A parameter boxed with its logical axis names (one per dimension)."""
     assert len(axes) == len(shape), (name, shape, axes)
@@ -166,14 +178,14 @@ class SelfAttention(nn.Module):
         v_kernel = _param(self, "value", _fan_in_init(), (d, h, k), ("embed", "heads", "kv"), pdtype)
         o_kernel = _param(self, "out", _fan_in_init(), (h, k, d), ("heads", "kv", "embed"), pdtype)
         x = x.astype(dtype)
-        query = jnp.einsum("bld,dhk->blhk", x, q_kernel.astype(dtype))
-        key = jnp.einsum("bld,dhk->blhk", x, k_kernel.astype(dtype))
-        value = jnp.einsum("bld,dhk->blhk", x, v_kernel.astype(dtype))
+        query = _dense(x, q_kernel.astype(dtype))
+        key = _dense(x, k_kernel.astype(dtype))
+        value = _dense(x, v_kernel.astype(dtype))
         logits = jnp.einsum("bqhk,bshk->bhqs", query, key).astype(jnp.float32) + bias
         weights = jax.nn.softmax(logits, axis=-1).astype(dtype)
         weights = nn.Dropout(cfg.dropout_rate)(weights, deterministic=deterministic)
         out = jnp.einsum("bhqs,bshk->bqhk", weights, value)
-        return jnp.einsum("bqhk,hkd->bqd", out, o_kernel.astype(dtype))
+        return _dense(out, o_kernel.astype(dtype), in_dims=2)
 
 
 class MlpBlock(nn.Module):
@@ -190,12 +202,12 @@ class MlpBlock(nn.Module):
         for i, act in enumerate(acts):
             name = "wi" if len(acts) == 1 else f"wi_{i}"
             kernel = _param(self, name, _fan_in_init(), (cfg.emb_dim, cfg.mlp_dim), ("embed", "mlp"), pdtype)
-            h = _ACTIVATIONS[act](jnp.einsum("bld,df->blf", x.astype(dtype), kernel.astype(dtype)))
+            h = _ACTIVATIONS[act](_dense(x.astype(dtype), kernel.astype(dtype)))
             hidden = h if hidden is None else hidden * h
         hidden = nn.with_logical_constraint(hidden, ("batch", "length", "mlp"))
         hidden = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))(hidden, deterministic=deterministic)
         wo = _param(self, "wo", _fan_in_init(), (cfg.mlp_dim, cfg.emb_dim), ("mlp", "embed"), pdtype)
-        return jnp.einsum("blf,fd->bld", hidden, wo.astype(dtype))
+        return _dense(hidden, wo.astype(dtype))
 
 
 class EncoderLayer(nn.Module):
