@@ -23,47 +23,9 @@ import subprocess
 import sys
 import time
 
-MODEL = [
-    "--gin_file=models/t5_1_1_tiny.gin", "--gin_file=architectures/sde.gin",
-    "--gin.T5Config.emb_dim=64", "--gin.T5Config.head_dim=16", "--gin.T5Config.mlp_dim=256",
-    "--gin.T5Config.num_layers=3", "--gin.VOCAB_SIZE=8000",
-]  # fmt: skip
+from common import build_vocab, run_arm, samtone, train_args
+
 TASK = "multireqa_squad_dev"
-
-
-def samtone(*argv: str, log: str) -> None:
-    start = time.time()
-    with open(log, "w") as f:
-        code = subprocess.run([sys.executable, "-m", "samtone_jax.cli", *argv], stdout=f, stderr=subprocess.STDOUT)
-    if code.returncode:
-        raise SystemExit(f"samtone {argv[0]} failed (exit {code.returncode}); see {log}")
-    print(f"  samtone {argv[0]:12s} {time.time() - start:6.0f}s  (log: {log})", flush=True)
-
-
-def train_args(model_dir, vocab, steps, batch, lr, loss_gin, extra=()):
-    return [
-        "train", *MODEL, f"--gin_file={loss_gin}", "--gin.TEMPERATURE=0.05", f"--gin.train.model_dir='{model_dir}'",
-        f"--gin.train.task='{TASK}'", f"--gin.train.train_steps={steps}", f"--gin.train.batch_size={batch}",
-        "--gin.train.query_length=32", "--gin.train.doc_length=64", f"--gin.train.vocabulary='{vocab}'",
-        f"--gin.adafactor.learning_rate={lr}", "--gin.train.log_every=50", f"--gin.train.checkpoint_every={steps}",
-        *extra,
-    ]  # fmt: skip
-
-
-def existing_eval(model_dir):
-    """The eval JSON of a finished arm (the script resumes: finished arms are not rerun)."""
-    folder = os.path.join(model_dir, "eval")
-    found = sorted(f for f in os.listdir(folder) if f.endswith(".json")) if os.path.isdir(folder) else []
-    return os.path.join(folder, found[-1]) if found else None
-
-
-def evaluate(model_dir, log_dir, name):
-    samtone("eval", f"--gin.evaluate.model_dir='{model_dir}'", f"--gin.evaluate.task='{TASK}'",
-            "--gin.evaluate.split='test'", "--gin.evaluate.keep_embeddings=False",
-            log=f"{log_dir}/{name}_eval.log")  # fmt: skip
-    path = max((os.path.join(model_dir, "eval", f) for f in os.listdir(os.path.join(model_dir, "eval"))
-                if f.endswith(".json")), key=os.path.getmtime)  # fmt: skip
-    return path
 
 
 def main():
@@ -75,27 +37,20 @@ def main():
     args = parser.parse_args()
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    vocab = f"{out}/vocab.model"
     timings = {}
     start = time.time()
-    if not os.path.exists(vocab):
-        samtone("build-vocab", f"--task={TASK}", "--split=all", "--vocab_size=8000", f"--out={vocab}",
-                log=f"{out}/vocab.log")  # fmt: skip
+    vocab = build_vocab(out, TASK)
     runs = {}
 
     def arm(name, argv):
         t = time.time()
-        model_dir = f"{out}/{name}"
-        runs[name] = existing_eval(model_dir)
-        if runs[name] is None:
-            samtone(*argv, log=f"{out}/{name}_train.log")
-            runs[name] = evaluate(model_dir, out, name)
+        runs[name] = run_arm(out, name, argv, TASK)
         timings[name] = time.time() - t
 
     base = f"{out}/base"
-    arm("base", train_args(base, vocab, args.base_steps, args.batch, 1e-2, "losses/bidirectional.gin",
+    arm("base", train_args(base, vocab, TASK, args.base_steps, args.batch, 1e-2, "losses/bidirectional.gin",
                            ["--gin.adafactor.warmup_steps=50"]))  # fmt: skip
-    arm("continue", train_args(f"{out}/continue", vocab, args.steps, args.batch, 1e-3, "losses/bidirectional.gin",
+    arm("continue", train_args(f"{out}/continue", vocab, TASK, args.steps, args.batch, 1e-3, "losses/bidirectional.gin",
                                [f"--gin.train.init_checkpoint='{base}'"]))  # fmt: skip
 
     def adore(init, name):
@@ -111,7 +66,7 @@ def main():
                 "--num_negatives=4", "--range_min=0", "--range_max=100", "--relative_margin=0.05",
                 log=f"{out}/mine.log")  # fmt: skip
     star = f"{out}/star"
-    arm("star", train_args(star, vocab, args.steps, args.batch, 1e-3, "losses/star_listwise.gin",
+    arm("star", train_args(star, vocab, TASK, args.steps, args.batch, 1e-3, "losses/star_listwise.gin",
                            [f"--gin.train.init_checkpoint='{base}'", "--gin.train.num_negatives=2",
                             f"--gin.hard_negatives_file.path='{negatives}'"]))  # fmt: skip
     adore(star, "star_adore")

@@ -44,9 +44,10 @@ def fold_ids(ids: np.ndarray) -> np.ndarray:
     return ((ids ^ (ids >> 32)) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
 
-def model_features(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The arrays the step consumes (tokens and folded ids; bookkeeping features dropped)."""
-    keep = ("query_tokens", "doc_tokens", "negative_tokens", *ID_FEATURES)
+def model_features(batch: dict[str, np.ndarray], id_masking: bool = True) -> dict[str, np.ndarray]:
+    """The arrays the step consumes (tokens and folded ids; bookkeeping features dropped). Without
+    id_masking the ids are dropped too: the loss then treats only the diagonal as positive."""
+    keep = ("query_tokens", "doc_tokens", "negative_tokens", *(ID_FEATURES if id_masking else ()))
     return {k: (fold_ids(v) if k in ID_FEATURES else v) for k, v in batch.items() if k in keep}
 
 
@@ -221,6 +222,9 @@ def train(
     eval_batches: int = 4,
     retrieval_eval_task: str | None = None,
     retrieval_eval_split: str = "test",
+    data_shards: int | None = None,
+    shuffle_block_size: int = 1,
+    id_masking: bool = True,
 ) -> dict:
     """Train until `train_steps` (resuming from MODEL_DIR); returns the last logged metrics.
 
@@ -228,6 +232,13 @@ def train(
     process_count examples (its own shard of the data). Every `eval_every` steps: in-batch loss
     metrics on `eval_split` and/or retrieval metrics over `retrieval_eval_task`/`retrieval_eval_split`
     (samtone_jax/evaluation/train_hook.py; gin RetrievalEval.max_queries, RetrievalEval.k).
+
+    Data (samtone_jax/data/pipeline.py): `data_shards` V (default: the host count) splits the
+    examples so each host reads only its V/hosts shards; a fixed V gives the same batches on any host
+    count dividing it (resuming on another topology with the same data order). `shuffle_block_size`
+    k shuffles runs of k consecutive examples (duplicate-heavy batches for ablations). `id_masking`
+    False drops the query/document ids from the loss, so duplicate texts in a batch become each
+    other's negatives (the ablation of SamToNe's duplicate-document limitation); keep it True.
     """
     from samtone_jax.data import pipeline
     from samtone_jax.tasks import registration
@@ -267,7 +278,8 @@ def train(
     registration.register(vocabulary, num_negatives)
     dataset = functools.partial(
         pipeline.train_dataset, batch_size=batch_size // hosts, query_length=query_length, doc_length=doc_length,
-        seed=seed, num_negatives=num_negatives, shard_index=host, num_shards=hosts,
+        seed=seed, num_negatives=num_negatives, shard_index=host, num_shards=hosts, data_shards=data_shards,
+        shuffle_block_size=shuffle_block_size,
     )  # fmt: skip
     batches = dataset(task, split, start_batch=start).as_numpy_iterator()
 
@@ -287,7 +299,7 @@ def train(
     metrics = {}
     try:
         for step in range(start, train_steps):
-            batch = partitioning.host_to_global(mesh, model_features(next(batches)))
+            batch = partitioning.host_to_global(mesh, model_features(next(batches), id_masking))
             with activations:  # FSDP: trace with the activation constraints (first call)
                 state, step_metrics = step_fn(state, batch)
             progress.record(step + 1, step_metrics)  # raises on a non-finite loss, naming the checkpoint
@@ -295,7 +307,7 @@ def train(
             if eval_every and (step + 1) % eval_every == 0:
                 results = {}
                 if eval_fn:
-                    results.update(_evaluate(eval_fn, state, dataset, task, eval_split, mesh, eval_batches))
+                    results.update(_evaluate(eval_fn, state, dataset, task, eval_split, mesh, eval_batches, id_masking))
                 if retrieval_eval:
                     results.update(retrieval_eval(state["params"]))
                 progress.write_eval(step + 1, results)
@@ -316,11 +328,11 @@ def train(
     return metrics
 
 
-def _evaluate(eval_fn, state, dataset, task, split, mesh, num_batches):
+def _evaluate(eval_fn, state, dataset, task, split, mesh, num_batches, id_masking):
     """Mean loss metrics over the first `num_batches` batches of the eval split (seed-fixed)."""
     totals = {}
     for _, batch in zip(range(num_batches), dataset(task, split, start_batch=0).as_numpy_iterator(), strict=False):
-        out = jax.device_get(eval_fn(state["params"], partitioning.host_to_global(mesh, model_features(batch))))
+        out = jax.device_get(eval_fn(state["params"], partitioning.host_to_global(mesh, model_features(batch, id_masking))))
         for k, v in out.items():
             totals[k] = totals.get(k, 0.0) + float(v) / num_batches
     return totals

@@ -75,16 +75,38 @@ def test_order_is_deterministic_resumable_and_split_between_hosts(fixture_tasks)
     resumed = _batches(2, start_batch=2)
     np.testing.assert_array_equal(resumed[0]["query_id"], first[2]["query_id"])
     np.testing.assert_array_equal(resumed[1]["query_id"], first[3]["query_id"])
-    # Two hosts with batch 2 each see exactly the examples one host with batch 4 sees.
-    host0, host1 = (
-        _batches(1, batch_size=2, num_shards=2, shard_index=0),
-        _batches(1, batch_size=2, num_shards=2, shard_index=1),
-    )
-    np.testing.assert_array_equal(np.concatenate([host0[0]["query_id"], host1[0]["query_id"]]), first[0]["query_id"])
+    # With data_shards V fixed, two hosts with batch 2 each see exactly the batch one host sees.
+    single = _batches(3, data_shards=2)
+    hosts = [_batches(3, batch_size=2, num_shards=2, shard_index=h) for h in (0, 1)]
+    for step in range(3):
+        joined = np.concatenate([hosts[0][step]["query_id"], hosts[1][step]["query_id"]])
+        np.testing.assert_array_equal(joined, single[step]["query_id"])
+    # Each host reads only its shard: host h's examples are the task's rows i with i mod 2 == h.
+    order = registration.examples("wordnet_definitions", "all")["query_id"]
+    for h in (0, 1):
+        seen = np.concatenate([b["query_id"] for b in _batches(12, batch_size=2, num_shards=2, shard_index=h)])
+        assert set(seen.tolist()) == set(order[h::2].tolist())
+    with pytest.raises(ValueError, match="data_shards=3 must be a multiple of the 2 host"):
+        _batches(1, batch_size=2, num_shards=2, data_shards=3)
     # Over an epoch every example appears once.
     epoch = _batches(11, batch_size=4)  # 45 examples: 11 full batches
     ids = np.concatenate([b["query_id"] for b in epoch])
     assert len(set(ids.tolist())) == 44
+
+
+def test_shuffle_blocks_keep_consecutive_examples_together(fixture_tasks):
+    order = registration.examples("wordnet_definitions", "all")["query_id"].tolist()
+    position = {q: i for i, q in enumerate(order)}
+    batches = _batches(6, batch_size=8, shuffle_block_size=4)
+    for b in batches:
+        rows = [position[q] for q in b["query_id"].tolist()]
+        for start in range(0, 8, 4):  # a batch of 8 is two whole blocks of 4 consecutive examples
+            block = rows[start : start + 4]
+            assert block == list(range(block[0], block[0] + 4)) and block[0] % 4 == 0
+    starts = [position[q] for b in batches for q in b["query_id"][::4].tolist()]
+    assert starts[:11] != sorted(starts[:11])  # the blocks themselves are shuffled
+    with pytest.raises(ValueError, match="shuffle_block_size=4 must be >= 1, and > 1 needs train.data_shards=1"):
+        _batches(1, shuffle_block_size=4, data_shards=2)
 
 
 def test_hard_negatives_flow_into_features(fixture_tasks):

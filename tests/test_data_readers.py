@@ -99,6 +99,28 @@ def test_real_squad_dev_counts_and_article_split(data_dir):
         paragraph[q["qid"]] = q["context_idx"]
     assert {paragraph[q] for q in train.queries}.isdisjoint({paragraph[q] for q in test.queries})
 
+def test_real_squad_dev_paragraphs_share_documents_and_hold_the_gold_sentences(data_dir):
+    require_shared("multireqa_squad_dev/questions.jsonl")
+    squad = str(require_shared("squad_v1.1/dev-v1.1.json"))
+    directory = str(data_dir / "multireqa_squad_dev")
+    sentences = multireqa.load_squad_dev(directory, squad, "all")
+    paragraphs = multireqa.load_squad_dev(directory, squad, "all", paragraphs=True)
+    assert len(paragraphs.corpus) == 2067 and paragraphs.queries == sentences.queries
+    assert all(len(g) == 1 for g in paragraphs.qrels.values())
+    # Each question's paragraph contains its gold sentences (whitespace-normalised), found independently.
+    squash = " ".join
+    inside = [
+        all(squash(sentences.corpus[c].split()) in squash(paragraphs.corpus[next(iter(paragraphs.qrels[q]))].split())
+            for c in sentences.qrels[q])
+        for q in sentences.queries
+    ]  # fmt: skip
+    assert sum(inside) / len(inside) > 0.99
+    per_document = len(paragraphs.pairs()) / len({d for _, d in paragraphs.pairs()})
+    assert 4 < per_document < 6  # ~5 questions share a paragraph: the duplicate-heavy setting
+    test = multireqa.load_squad_dev(directory, squad, "test", paragraphs=True)
+    assert set(test.queries) == set(multireqa.load_squad_dev(directory, squad, "test").queries)
+
+
 
 # ----------------------------------------------------------------------------------------------
 # MS MARCO and BEIR.

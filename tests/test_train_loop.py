@@ -163,14 +163,15 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
     wn, vocab_path = wordnet_fixture
     env = _env(wn)
     single, multi = tmp_path / "single", tmp_path / "multi"
-    _run(_argv(single, vocab_path, steps=3, extra=["--num_cpu_devices=4"]), env, tmp_path / "single.log")
-    text = _local(2, 2, _argv(multi, vocab_path, steps=3), env, tmp_path / "logs_multi")
+    shards = ["--gin.train.data_shards=2"]  # the same global batches on 1 or 2 hosts (each reads its shard)
+    _run(_argv(single, vocab_path, steps=3, extra=[*shards, "--num_cpu_devices=4"]), env, tmp_path / "single.log")
+    text = _local(2, 2, _argv(multi, vocab_path, steps=3, extra=shards), env, tmp_path / "logs_multi")
     for x, y in zip(jax_leaves(_params(single, 3)), jax_leaves(_params(multi, 3)), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
     assert sorted(_losses(text)) == [1, 2, 3]
     # Cross-topology resumption: 2 × 2 -> 1 × 1 and 1 × 4 -> 2 × 2, both on to step 5.
-    one = _run(_argv(multi, vocab_path, steps=5, extra=["--num_cpu_devices=1"]), env, tmp_path / "one.log")
-    two = _local(2, 2, _argv(single, vocab_path, steps=5), env, tmp_path / "logs_single")
+    one = _run(_argv(multi, vocab_path, steps=5, extra=[*shards, "--num_cpu_devices=1"]), env, tmp_path / "one.log")
+    two = _local(2, 2, _argv(single, vocab_path, steps=5, extra=shards), env, tmp_path / "logs_single")
     assert sorted(_losses(one)) == sorted(_losses(two)) == [4, 5]
     for a, b in zip(_losses(one).values(), _losses(two).values(), strict=True):
         assert a == pytest.approx(b, rel=1e-5)

@@ -125,12 +125,13 @@ def official_paths(data_dir: str, suffix: str, split: str) -> tuple[str, str]:
 TEST_ARTICLES = 10  # of SQuAD dev's 48 articles (~20 %)
 
 
-def article_of_paragraph(squad_dev_json: str) -> tuple[list[int], list[str]]:
-    """(article index of each paragraph in file order, article titles) from SQuAD's dev-v1.1.json."""
+def article_of_paragraph(squad_dev_json: str) -> tuple[list[int], list[str], list[str]]:
+    """(article index of each paragraph, article titles, paragraph texts), in dev-v1.1.json order."""
     with open_text(squad_dev_json) as f:
         articles = json.load(f)["data"]
     paragraph_article = [a for a, article in enumerate(articles) for _ in article["paragraphs"]]
-    return paragraph_article, [article["title"] for article in articles]
+    contexts = [p["context"] for article in articles for p in article["paragraphs"]]
+    return paragraph_article, [article["title"] for article in articles], contexts
 
 
 def test_articles(titles: list[str]) -> set[str]:
@@ -138,28 +139,44 @@ def test_articles(titles: list[str]) -> set[str]:
     return set(sorted(titles, key=lambda t: hashlib.md5(t.encode("utf-8")).hexdigest())[:TEST_ARTICLES])
 
 
-def load_squad_dev(directory: str, squad_dev_json: str, split: str, skip_bad_records: bool = False):
+def load_squad_dev(directory: str, squad_dev_json: str, split: str, skip_bad_records: bool = False,
+                   paragraphs: bool = False):  # fmt: skip
     """The rebuilt MultiReQA-SQuAD dev task; split 'train' | 'test' (by article) | 'all'.
 
     The corpus is always all 10,642 sentences (the test candidate pool); the split only chooses
     the questions. Training pairs come from train articles only, so no test question's sentence
     is seen with its question in training.
+
+    paragraphs=True: the same questions and split, but the documents are SQuAD's 2,067 paragraphs
+    (id `p<index>`, the question's own paragraph relevant): ~5 questions share each document, the
+    duplicate-heavy setting of SamToNe's stated limitation (document-document negatives).
     """
+    if split not in ("train", "test", "all"):
+        raise ValueError(f"multireqa_squad_dev has splits train, test, all; got {split!r}")
     stats = ReadStats()
     corpus, queries, qrels, question_paragraph = {}, {}, {}, {}
-    for c in read_jsonl(os.path.join(directory, "candidates.jsonl"), stats, skip_bad_records, require=("cid", "text")):
-        corpus[c["cid"]] = c["text"]
+    if not paragraphs:
+        for c in read_jsonl(os.path.join(directory, "candidates.jsonl"), stats, skip_bad_records,
+                            require=("cid", "text")):  # fmt: skip
+            corpus[c["cid"]] = c["text"]
     questions = os.path.join(directory, "questions.jsonl")
     for q in read_jsonl(questions, stats, skip_bad_records, require=("qid", "question", "gold", "context_idx")):
         queries[q["qid"]] = q["question"]
-        qrels[q["qid"]] = {cid: 1 for cid in q["gold"]}
         question_paragraph[q["qid"]] = int(q["context_idx"])
-    collection = RetrievalCollection("multireqa_squad_dev", queries, corpus, qrels, stats=stats).drop_empty()
+        qrels[q["qid"]] = {f"p{int(q['context_idx'])}": 1} if paragraphs else {cid: 1 for cid in q["gold"]}
+    paragraph_article, titles, contexts = article_of_paragraph(squad_dev_json)
+    if paragraphs:
+        corpus = {f"p{i}": text for i, text in enumerate(contexts)}
+        bad = sorted({p for p in question_paragraph.values() if not 0 <= p < len(contexts)})
+        if bad:
+            raise ValueError(
+                f"{questions}: context_idx {bad[:5]} outside {squad_dev_json}'s {len(contexts)} paragraphs "
+                "(the two files are from different SQuAD releases)"
+            )
+    name = "multireqa_squad_dev_paragraphs" if paragraphs else "multireqa_squad_dev"
+    collection = RetrievalCollection(name, queries, corpus, qrels, stats=stats).drop_empty()
     if split == "all":
         return collection
-    if split not in ("train", "test"):
-        raise ValueError(f"multireqa_squad_dev has splits train, test, all; got {split!r}")
-    paragraph_article, titles = article_of_paragraph(squad_dev_json)
     held_out = test_articles(titles)
     test = {qid for qid, p in question_paragraph.items() if titles[paragraph_article[p]] in held_out}
     return collection.restrict_queries(lambda qid: (qid in test) == (split == "test"))

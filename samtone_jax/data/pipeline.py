@@ -1,11 +1,21 @@
 """The training input pipeline: a seqio task or mixture -> per-host batches of model features.
 
-Order is a deterministic function of the seed: a task's tokenised examples are cached in
-memory, fully shuffled each epoch from the seed, and batched into global batches of which host h
-(`shard_index` of `num_shards`) keeps rows [h·b, (h+1)·b).
-The position in the stream is the number of batches consumed, so a resumed run calls this with
-`start_batch=step` and sees exactly the batches it would have seen (`.skip` replays the cheap
-shuffle/batch steps over the cached examples, not the tokenisation).
+Data shards: the examples are split into `data_shards` shards (example i goes to shard i mod V);
+host h of H owns shards [h·V/H, (h+1)·V/H) and tokenises, caches and shuffles only those, so a
+host reads 1/H of the data. Each shard contributes B/V rows to every global batch, in shard
+order, so the global batch is a function of (seed, V) alone: any host count that divides V sees
+the same batches (set V explicitly to resume on a different number of hosts with the same data
+order; the default V = H is the cheapest).
+
+Order is a deterministic function of the seed: each shard's tokenised examples are cached in
+memory and fully shuffled each epoch. The position in the stream is the number of batches
+consumed, so a resumed run calls this with `start_batch=step` and sees exactly the batches it
+would have seen (`.skip` replays the cheap shuffle/batch steps over the cached examples, not the
+tokenisation).
+
+`shuffle_block_size` k > 1 shuffles runs of k consecutive examples (in the task's order) instead
+of single examples: examples of one document stay together, making duplicate-heavy batches (the
+SamToNe same-tower ablation). It needs V = 1 (a run is consecutive in the whole task).
 """
 
 from __future__ import annotations
@@ -28,41 +38,71 @@ def train_dataset(
     num_negatives: int = 0,
     shard_index: int = 0,
     num_shards: int = 1,
+    data_shards: int | None = None,
+    shuffle_block_size: int = 1,
     start_batch: int = 0,
 ) -> tf.data.Dataset:
     """Infinite dataset of batches {query_tokens [b, Lq], doc_tokens [b, Ld], ids, ...} for one host.
 
-    `batch_size` is this host's share of the global batch.
+    `batch_size` is this host's share of the global batch; `shard_index` / `num_shards` are the host
+    and host count; `data_shards` V (default num_shards) as in the module docstring.
     """
     if batch_size <= 0 or query_length < 2 or doc_length < 2:
         raise ValueError(f"batch_size ({batch_size}) must be > 0 and lengths ({query_length}, {doc_length}) >= 2")
     if not 0 <= shard_index < num_shards:
         raise ValueError(f"shard_index {shard_index} must be in [0, {num_shards})")
+    shards = data_shards or num_shards
+    global_batch = batch_size * num_shards
+    if shards % num_shards or global_batch % shards:
+        raise ValueError(
+            f"train.data_shards={shards} must be a multiple of the {num_shards} host(s) and divide the global batch "
+            f"{global_batch}"
+        )
+    if shuffle_block_size < 1 or (shuffle_block_size > 1 and shards != 1):
+        raise ValueError(
+            f"train.shuffle_block_size={shuffle_block_size} must be >= 1, and > 1 needs train.data_shards=1 (a block "
+            f"is a run of consecutive examples of the whole task); data_shards is {shards}"
+        )
     provider = seqio.get_mixture_or_task(name)
     converter = DualEncoderFeatureConverter(num_negatives)
     lengths = converter.task_feature_lengths(query_length, doc_length)
+    per_shard = global_batch // shards
+    owned = range(shard_index * shards // num_shards, (shard_index + 1) * shards // num_shards)
+    streams = [
+        _shard_batches(provider, converter, lengths, split, shard, shards, per_shard, seed, shuffle_block_size)
+        for shard in owned
+    ]
+    if len(streams) == 1:
+        ds = streams[0]
+    else:
+        ds = tf.data.Dataset.zip(tuple(streams)).map(
+            lambda *parts: {k: tf.concat([p[k] for p in parts], axis=0) for k in parts[0]}
+        )
+    return ds.skip(start_batch).prefetch(tf.data.AUTOTUNE)
+
+
+def _shard_batches(provider, converter, lengths, split, shard, shards, rows, seed, block):
+    """Infinite batches of `rows` examples of data shard `shard` of `shards`."""
+    info = seqio.ShardInfo(shard, shards) if shards > 1 else None
+    shard_seed = seed if shards == 1 else seed * 1_000_003 + shard
     if isinstance(provider, seqio.Mixture):
         ds = provider.get_dataset(
-            None, split, shuffle=True, seed=seed, num_epochs=None, use_cached=False,
+            None, split, shuffle=True, seed=shard_seed, num_epochs=None, use_cached=False, shard_info=info,
             passthrough_features=[k for k in lengths if k not in ("query", "document")],
         )  # fmt: skip
-        ds = converter(ds, lengths)
+        return converter(ds, lengths).batch(rows, drop_remainder=True)
+    ds = provider.get_dataset(None, split, shuffle=False, num_epochs=1, use_cached=False, shard_info=info)
+    ds = converter(ds, lengths).cache()
+    count = int(ds.reduce(np.int64(0), lambda n, _: n + 1))
+    where = f"task {provider.name}/{split}" + (f" data shard {shard} of {shards}" if shards > 1 else "")
+    if count < max(rows, block):
+        raise ValueError(f"{where} has {count} examples, fewer than its {rows} rows of every global batch")
+    if block > 1:
+        ds = ds.batch(block, drop_remainder=True)
+        ds = ds.shuffle(count // block, seed=shard_seed, reshuffle_each_iteration=True).unbatch()
     else:
-        ds = provider.get_dataset(None, split, shuffle=False, num_epochs=1, use_cached=False)
-        ds = converter(ds, lengths).cache()
-        count = int(ds.reduce(np.int64(0), lambda n, _: n + 1))
-        if count < batch_size * num_shards:
-            raise ValueError(
-                f"task {name}/{split} has {count} examples, fewer than one global batch ({batch_size} x {num_shards})"
-            )
-        ds = ds.shuffle(count, seed=seed, reshuffle_each_iteration=True).repeat()
-    # Every host forms the same global batch and keeps its contiguous block of rows, so the global
-    # batch (rows in order) is identical whatever the number of hosts.
-    ds = ds.batch(batch_size * num_shards, drop_remainder=True).skip(start_batch)
-    if num_shards > 1:
-        lo, hi = shard_index * batch_size, (shard_index + 1) * batch_size
-        ds = ds.map(lambda batch: {k: v[lo:hi] for k, v in batch.items()})
-    return ds.prefetch(tf.data.AUTOTUNE)
+        ds = ds.shuffle(count, seed=shard_seed, reshuffle_each_iteration=True)
+    return ds.repeat().batch(rows, drop_remainder=True)
 
 
 def encode_texts(vocabulary, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:

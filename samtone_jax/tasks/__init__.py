@@ -3,6 +3,8 @@
   multireqa_<squad|nq|triviaqa|searchqa|hotpotqa|bioasq|relationextraction|textbookqa|duorc>
                        official MRQA + MultiReQA files (train / test)
   multireqa_squad_dev  the rebuilt SQuAD dev task with an article-level train / test split
+  multireqa_squad_dev_paragraphs  the same questions and split, SQuAD paragraphs as documents
+                       (~5 questions per document: the duplicate-heavy setting)
   msmarco_passage      official MS MARCO passage files (train / dev), hard negatives if present
   beir_<name>          BEIR datasets (test, and dev / train where BEIR has them), eval only
   wordnet_definitions  WordNet 3.0 example sentence -> definition (train / test), the demo data
@@ -69,11 +71,11 @@ def _wordnet(split: str, skip_bad_records: bool = False) -> RetrievalCollection:
     return collection.restrict_queries(lambda qid: is_test(qid) == (split == "test"))
 
 
-def _squad_dev(split: str, skip_bad_records: bool = False) -> RetrievalCollection:
+def _squad_dev(split: str, skip_bad_records: bool = False, paragraphs: bool = False) -> RetrievalCollection:
     root = data_dir()
     return multireqa.load_squad_dev(
         os.path.join(root, "multireqa_squad_dev"), os.path.join(root, "squad_v1.1", "dev-v1.1.json"), split,
-        skip_bad_records,
+        skip_bad_records, paragraphs=paragraphs,
     )  # fmt: skip
 
 
@@ -94,6 +96,7 @@ def _beir(name: str, split: str, skip_bad_records: bool = False) -> RetrievalCol
 LOADERS: dict[str, tuple] = {
     "wordnet_definitions": (_wordnet, ("train", "test", "all"), True),
     "multireqa_squad_dev": (_squad_dev, ("train", "test", "all"), True),
+    "multireqa_squad_dev_paragraphs": (functools.partial(_squad_dev, paragraphs=True), ("train", "test", "all"), True),
     "msmarco_passage": (_msmarco, ("train", "dev"), True),
 }
 for _suffix, (_, _has_train) in multireqa.DATASETS.items():
