@@ -19,6 +19,15 @@ MINI_MODEL = [
 ]  # fmt: skip
 
 
+def add_budget_flags(parser) -> None:
+    """The training budget every arm of an experiment shares: seeds, steps, batch, lr, τ."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--learning_rate", type=float, default=1e-2)
+    parser.add_argument("--temperature", type=float, default=0.05)
+
+
 def samtone(*argv: str, log: str) -> None:
     """`samtone ARGV` in this process (no interpreter start, jax import or data loading per run: a
     third of a mini run's time), its output and logging to `log`; exits naming the log on failure."""

@@ -26,7 +26,7 @@ import os
 import sys
 import time
 
-from common import build_vocab, run_arm, summarize, train_args
+from common import add_budget_flags, build_vocab, run_arm, summarize, train_args
 
 TASK = "multireqa_squad_dev_paragraphs"
 ARMS = {
@@ -56,13 +56,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/duplicate_documents")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch", type=int, default=64)
+    add_budget_flags(parser)
     parser.add_argument("--block", type=int, default=16, help="consecutive examples kept together by the shuffle")
     parser.add_argument("--doc_length", type=int, default=128)
-    parser.add_argument("--learning_rate", type=float, default=1e-2)
-    parser.add_argument("--temperature", type=float, default=0.05)
     args = parser.parse_args()
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)

@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from common import build_vocab, run_arm, samtone, summarize, train_args
+from common import add_budget_flags, build_vocab, run_arm, samtone, summarize, train_args
 
 ARMS = {
     "baseline": "losses/bidirectional.gin",
@@ -42,11 +42,7 @@ def main():
     parser.add_argument("--task", default="multireqa_squad_dev")
     parser.add_argument("--architectures", nargs="+", default=["sde", "ade_spl"])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--learning_rate", type=float, default=1e-2)
-    parser.add_argument("--temperature", type=float, default=0.05)
+    add_budget_flags(parser)
     args = parser.parse_args()
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)

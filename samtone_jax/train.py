@@ -332,7 +332,9 @@ def _evaluate(eval_fn, state, dataset, task, split, mesh, num_batches, id_maskin
     """Mean loss metrics over the first `num_batches` batches of the eval split (seed-fixed)."""
     totals = {}
     for _, batch in zip(range(num_batches), dataset(task, split, start_batch=0).as_numpy_iterator(), strict=False):
-        out = jax.device_get(eval_fn(state["params"], partitioning.host_to_global(mesh, model_features(batch, id_masking))))
+        out = jax.device_get(
+            eval_fn(state["params"], partitioning.host_to_global(mesh, model_features(batch, id_masking)))
+        )
         for k, v in out.items():
             totals[k] = totals.get(k, 0.0) + float(v) / num_batches
     return totals

@@ -99,6 +99,7 @@ def test_real_squad_dev_counts_and_article_split(data_dir):
         paragraph[q["qid"]] = q["context_idx"]
     assert {paragraph[q] for q in train.queries}.isdisjoint({paragraph[q] for q in test.queries})
 
+
 def test_real_squad_dev_paragraphs_share_documents_and_hold_the_gold_sentences(data_dir):
     require_shared("multireqa_squad_dev/questions.jsonl")
     squad = str(require_shared("squad_v1.1/dev-v1.1.json"))
@@ -119,7 +120,6 @@ def test_real_squad_dev_paragraphs_share_documents_and_hold_the_gold_sentences(d
     assert 4 < per_document < 6  # ~5 questions share a paragraph: the duplicate-heavy setting
     test = multireqa.load_squad_dev(directory, squad, "test", paragraphs=True)
     assert set(test.queries) == set(multireqa.load_squad_dev(directory, squad, "test").queries)
-
 
 
 # ----------------------------------------------------------------------------------------------
