@@ -81,6 +81,20 @@ def test_ade_towers_are_independent(tiny_config):
     assert _norm(g["document_encoder"]) == 0 and _norm(g["document_projection"]) == 0
 
 
+@pytest.mark.parametrize("architecture", ["ade", "ade_spl"])
+def test_two_towers_start_equal_unless_asked_not_to(tiny_config, architecture):
+    model, params = _setup(tiny_config, architecture)
+    ids = _tokens(3)
+    q = model.apply({"params": params}, ids, method=model.encode_queries)
+    d = model.apply({"params": params}, ids, method=model.encode_documents)
+    np.testing.assert_array_equal(np.asarray(q), np.asarray(d))  # as if both loaded one checkpoint
+    independent = dataclasses.replace(model, identical_tower_init=False)
+    params = nn.unbox(init_params(independent, jax.random.PRNGKey(0)))
+    q = independent.apply({"params": params}, ids, method=independent.encode_queries)
+    d = independent.apply({"params": params}, ids, method=independent.encode_documents)
+    assert float(jnp.max(jnp.abs(q - d))) > 1e-2
+
+
 def test_ade_spl_projection_gets_gradients_from_both_towers(tiny_config):
     model, params = _setup(tiny_config, "ade_spl")
     gq, gd = _grads(model, params, "query"), _grads(model, params, "document")

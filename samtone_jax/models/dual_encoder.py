@@ -76,6 +76,9 @@ class DualEncoder(nn.Module):
     # None: the loss's temperature is a constant (gin TEMPERATURE). A float τ0: the model owns a
     # learnable `log_temperature` initialised to log τ0 (log-parametrised, so τ stays positive).
     learnable_temperature: float | None = None
+    # Two-tower models (ade, ade_spl) start with the document tower equal to the query tower, as
+    # when both load one pre-trained checkpoint (the paper's setting); False: independent draws.
+    identical_tower_init: bool = True
 
     def setup(self):
         if self.architecture not in ARCHITECTURES:
@@ -143,7 +146,14 @@ def init_params(model: DualEncoder, rng: jax.Array, length: int = 8):
     """Boxed (logically partitioned) parameters of `model`, initialised from `rng`.
 
     `nn.get_partition_spec(params)` gives logical specs; `nn.unbox(params)` plain arrays.
-    Both towers are initialised (a dummy batch of ones is run through both sides).
+    Both towers are initialised (a dummy batch of ones is run through both sides); with
+    `identical_tower_init` the document tower (and ADE's document projection) is then a copy of
+    the query one.
     """
     tokens = jnp.ones((1, length), jnp.int32)
-    return model.init(rng, tokens, tokens)["params"]
+    params = dict(model.init(rng, tokens, tokens)["params"])
+    if model.architecture != "sde" and model.identical_tower_init:
+        params["document_encoder"] = params["query_encoder"]
+        if model.architecture == "ade":
+            params["document_projection"] = params["query_projection"]
+    return params

@@ -54,6 +54,10 @@ class T5Config:
     layer_norm_epsilon: float = 1e-6
     dtype: str = "float32"  # activations; 'bfloat16' on TPU
     param_dtype: str = "float32"
+    # Rematerialise each encoder layer in the backward pass (jax.checkpoint): only the layer inputs
+    # are kept between forward and backward, and under FSDP each layer's weights are gathered
+    # again when its backward runs instead of living from forward to backward. Same gradients.
+    remat: bool = False
 
     def __post_init__(self):
         # gin passes lists; keep the config hashable (it is a static argument of jit).
@@ -259,7 +263,8 @@ class T5Encoder(nn.Module):
         key_is_padding = (tokens == PAD_ID)[:, None, None, :]
         bias = jnp.where(key_is_padding, jnp.float32(-1e10), position_bias)
 
+        layer = nn.remat(EncoderLayer, static_argnums=(3,)) if cfg.remat else EncoderLayer
         for i in range(cfg.num_layers):
-            x = EncoderLayer(cfg, name=f"layers_{i}")(x, bias, deterministic)
+            x = layer(cfg, name=f"layers_{i}")(x, bias, deterministic)
         x = RMSNorm(cfg.layer_norm_epsilon, dtype, pdtype, name="encoder_norm")(x)
         return drop(x, deterministic=deterministic)
