@@ -218,3 +218,20 @@ def test_remat_and_grad_cache_under_fsdp_take_the_same_step(gin_tiny):
     np.testing.assert_allclose(metrics["loss"], replicated["loss"], rtol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(replicated_params), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_id_masking_off_makes_duplicates_negatives(gin_tiny):
+    """train.id_masking=False (the duplicate-document ablation): no ids reach the loss, so nothing
+    is masked; with ids, the batch's duplicate ids are masked and the loss differs."""
+    mesh = partitioning.create_mesh(devices=jax.devices()[:1])
+    raw = {k: v for k, v in _batch(batch=16).items()}
+    with_ids, without = train.model_features(raw), train.model_features(raw, id_masking=False)
+    assert "doc_id" in with_ids and not any(k in without for k in train.ID_FEATURES)
+    params = jax.device_get(nn.unbox(train.init_params(gin_tiny, jax.random.PRNGKey(0))))
+    metrics = {}
+    for name, features in (("masked", with_ids), ("unmasked", without)):
+        batch = partitioning.host_to_global(mesh, features)
+        loss_fn = train.make_loss_on_embeddings(gin_tiny, mesh, batch)
+        metrics[name] = jax.device_get(loss_fn(params, *encode_batch(gin_tiny, params, batch, None))[1])
+    assert metrics["masked"]["masked_fraction"] > 0 and metrics["unmasked"]["masked_fraction"] == 0
+    assert abs(float(metrics["masked"]["loss"]) - float(metrics["unmasked"]["loss"])) > 1e-4
