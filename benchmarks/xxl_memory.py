@@ -3,7 +3,7 @@ allocating anything: abstract parameters and batch (jax.ShapeDtypeStruct with sh
 step lowered and compiled for 32 simulated devices (v4-64 = 32 chips), memory read from XLA's
 compiled memory analysis. With and without FSDP (gin logical_rules.fsdp).
 
-  .venv/bin/python benchmarks/xxl_memory.py [--devices 32] [--batch 512] [--length 64] [--grad_cache 0] [--remat]
+  .venv/bin/python benchmarks/xxl_memory.py [--devices 32] [--batch 512] [--length 64] [--grad_cache 0] [--remat] [--scan]
 
 The numbers are XLA:CPU's buffer assignment for the partitioned program: arguments (parameters,
 optimizer state, batch), outputs and temporaries per device. TPU's compiler fuses and rematerialises
@@ -36,7 +36,12 @@ GiB = 1024**3
 def report(fsdp: bool, args) -> dict:
     gin_utils.parse(
         ["models/t5_1_1_xxl.gin", "architectures/sde.gin", "losses/samtone_query.gin"],
-        ["ACTIVATION_DTYPE = 'bfloat16'", f"logical_rules.fsdp = {fsdp}", f"T5Config.remat = {args.remat}"],
+        [
+            "ACTIVATION_DTYPE = 'bfloat16'",
+            f"logical_rules.fsdp = {fsdp}",
+            f"T5Config.remat = {args.remat}",
+            f"T5Config.scan_layers = {args.scan}",
+        ],
     )
     model = gin_utils.model()
     mesh = partitioning.create_mesh()
@@ -82,10 +87,11 @@ def main():
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--grad_cache", type=int, default=0, help="GradCache chunk (0: off)")
     parser.add_argument("--remat", action="store_true", help="T5Config.remat: rematerialise each layer")
+    parser.add_argument("--scan", action="store_true", help="T5Config.scan_layers: the layers as one lax.scan")
     parser.add_argument("--layouts", nargs="+", default=["replicated", "fsdp"], choices=["replicated", "fsdp"])
     args = parser.parse_args()
     print(f"T5.1.1-XXL SDE, batch {args.batch} x {args.length} tokens, {jax.device_count()} devices "
-          f"(mesh data={jax.device_count()}), GradCache chunk {args.grad_cache or 'off'}, remat {args.remat}; "
+          f"(mesh data={jax.device_count()}), GradCache chunk {args.grad_cache or 'off'}, remat {args.remat}, scan {args.scan}; "
           "per device:")  # fmt: skip
     print(f"{'layout':>10s} {'params':>14s} {'arguments':>10s} {'outputs':>10s} {'temp':>10s} {'compile':>8s}")
     for fsdp in [layout == "fsdp" for layout in args.layouts]:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from samtone_jax.models import DualEncoder, T5Config, init_params
+from samtone_jax.models import DualEncoder, T5Config, T5Encoder, init_params
 from samtone_jax.partitioning import param_partition_specs
 
 
@@ -213,3 +213,23 @@ def test_learnable_temperature_is_a_log_parameter_with_gradients(tiny_config):
     assert "log_temperature" not in nn.unbox(init_params(fixed, jax.random.PRNGKey(0)))
     with pytest.raises(ValueError, match="learnable_temperature must be > 0"):
         init_params(DualEncoder(tiny_config, learnable_temperature=0.0), jax.random.PRNGKey(0))
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_scanned_layers_equal_the_unrolled_ones(tiny_config, remat):
+    """T5Config.scan_layers (± remat): the same parameter tree, hidden states and gradients."""
+    config = dataclasses.replace(tiny_config, num_layers=3)
+    tokens = _tokens(4)
+    unrolled, scanned = T5Encoder(config), T5Encoder(dataclasses.replace(config, scan_layers=True, remat=remat))
+    params = nn.unbox(unrolled.init(jax.random.PRNGKey(0), tokens)["params"])
+    scanned_init = nn.unbox(scanned.init(jax.random.PRNGKey(0), tokens)["params"])
+    assert jax.tree_util.tree_structure(scanned_init) == jax.tree_util.tree_structure(params)
+    a, b = (m.apply({"params": params}, tokens) for m in (unrolled, scanned))
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+    def grads(model):
+        weights = jnp.arange(config.emb_dim, dtype=jnp.float32)
+        return jax.grad(lambda p: jnp.sum(model.apply({"params": p}, tokens) * weights))(params)
+
+    for x, y in zip(jax.tree_util.tree_leaves(grads(unrolled)), jax.tree_util.tree_leaves(grads(scanned)), strict=True):
+        np.testing.assert_allclose(y, x, rtol=1e-4, atol=1e-4 * float(jnp.abs(x).max()))

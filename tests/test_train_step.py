@@ -199,24 +199,25 @@ def test_fsdp_shards_parameters_and_takes_the_same_step(gin_tiny):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_remat_and_grad_cache_under_fsdp_take_the_same_step(gin_tiny):
-    """T5Config.remat (per-layer rematerialisation) with GradCache chunks under FSDP on 8 devices:
-    the same step as the plain replicated one (dropout on, so the chunks' keys must line up)."""
+def test_scan_remat_and_grad_cache_under_fsdp_take_the_same_step():
+    """Everything XXL needs at once — FSDP, scanned layers, per-layer remat, GradCache chunks — takes
+    the same step as the plain replicated one (both scanned: dropout on, so the chunks' and the
+    layers' keys must line up)."""
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
     mesh = partitioning.create_mesh()
     batch = _batch(batch=32, k=1)
-    replicated_params, replicated = _one_step(gin_tiny, mesh, batch)
-    gin_utils.parse(
-        ["models/t5_1_1_tiny.gin", "architectures/ade_spl.gin", "losses/samtone_both.gin"],
-        ["VOCAB_SIZE = 97", "DROPOUT_RATE = 0.1", "PROJECTION_DIM = 16", "TEMPERATURE = 0.05",
-         "logical_rules.fsdp = True", "T5Config.remat = True"],
-    )  # fmt: skip
+    files = ["models/t5_1_1_tiny.gin", "architectures/ade_spl.gin", "losses/samtone_both.gin"]
+    common = ["VOCAB_SIZE = 97", "DROPOUT_RATE = 0.1", "PROJECTION_DIM = 16", "TEMPERATURE = 0.05",
+              "T5Config.scan_layers = True"]  # fmt: skip
+    gin_utils.parse(files, common)
+    reference_params, reference = _one_step(gin_utils.model(), mesh, batch)
+    gin_utils.parse(files, [*common, "logical_rules.fsdp = True", "T5Config.remat = True"])
     model = gin_utils.model()
-    assert model.config.remat
+    assert model.config.remat and model.config.scan_layers
     params, metrics = _one_step(model, mesh, batch, chunk=2)
-    np.testing.assert_allclose(metrics["loss"], replicated["loss"], rtol=1e-5)
-    for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(replicated_params), strict=True):
+    np.testing.assert_allclose(metrics["loss"], reference["loss"], rtol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(reference_params), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 

@@ -58,6 +58,12 @@ class T5Config:
     # are kept between forward and backward, and under FSDP each layer's weights are gathered
     # again when its backward runs instead of living from forward to backward. Same gradients.
     remat: bool = False
+    # Run the layers as one lax.scan over their stacked parameters (the parameter tree keeps its
+    # layers_<i> layout: importers, exporters and checkpoints are unaffected). A loop body holds one
+    # layer, so under FSDP one layer's gathered weights are live at a time; compile time no longer
+    # grows with depth. Same outputs and gradients as the unrolled layers (dropout masks are drawn
+    # differently: per layer from fold_in(key, layer)).
+    scan_layers: bool = False
 
     def __post_init__(self):
         # gin passes lists; keep the config hashable (it is a static argument of jit).
@@ -263,8 +269,32 @@ class T5Encoder(nn.Module):
         key_is_padding = (tokens == PAD_ID)[:, None, None, :]
         bias = jnp.where(key_is_padding, jnp.float32(-1e10), position_bias)
 
-        layer = nn.remat(EncoderLayer, static_argnums=(3,)) if cfg.remat else EncoderLayer
-        for i in range(cfg.num_layers):
-            x = layer(cfg, name=f"layers_{i}")(x, bias, deterministic)
+        if cfg.scan_layers and not self.is_initializing():
+            x = self._scanned_layers(x, bias, deterministic)
+        else:
+            layer = nn.remat(EncoderLayer, static_argnums=(3,)) if cfg.remat else EncoderLayer
+            for i in range(cfg.num_layers):
+                x = layer(cfg, name=f"layers_{i}")(x, bias, deterministic)
         x = RMSNorm(cfg.layer_norm_epsilon, dtype, pdtype, name="encoder_norm")(x)
         return drop(x, deterministic=deterministic)
+
+    def _scanned_layers(self, x, bias, deterministic: bool):
+        """The layers_<i> as one lax.scan: their parameters stacked on a leading axis (a cheap copy,
+        sharded like the parameters), one EncoderLayer applied per iteration."""
+        cfg = self.config
+        params = self.variables["params"]
+        stacked = jax.tree_util.tree_map(
+            lambda *p: jnp.stack(p), *[params[f"layers_{i}"] for i in range(cfg.num_layers)]
+        )
+        key = None if deterministic or cfg.dropout_rate == 0.0 else self.make_rng("dropout")
+        layer = EncoderLayer(cfg)
+
+        def body(x, inputs):
+            layer_params, index = inputs
+            rngs = {} if key is None else {"dropout": jax.random.fold_in(key, index)}
+            return layer.apply({"params": layer_params}, x, bias, deterministic, rngs=rngs), None
+
+        if cfg.remat:
+            body = jax.checkpoint(body)
+        x, _ = jax.lax.scan(body, x, (stacked, jnp.arange(cfg.num_layers)))
+        return x
