@@ -3,7 +3,8 @@ allocating anything: abstract parameters and batch (jax.ShapeDtypeStruct with sh
 step lowered and compiled for 32 simulated devices (v4-64 = 32 chips), memory read from XLA's
 compiled memory analysis. With and without FSDP (gin logical_rules.fsdp).
 
-  .venv/bin/python benchmarks/xxl_memory.py [--devices 32] [--batch 512] [--length 64] [--grad_cache 0] [--remat] [--scan]
+  .venv/bin/python benchmarks/xxl_memory.py [--devices 32] [--batch 512] [--length 64] [--grad_cache 0]
+      [--remat] [--scan] [--layouts replicated fsdp]
 
 The numbers are XLA:CPU's buffer assignment for the partitioned program: arguments (parameters,
 optimizer state, batch), outputs and temporaries per device. TPU's compiler fuses and rematerialises
