@@ -92,7 +92,8 @@ def main():
     parser.add_argument("--layouts", nargs="+", default=["replicated", "fsdp"], choices=["replicated", "fsdp"])
     args = parser.parse_args()
     print(f"T5.1.1-XXL SDE, batch {args.batch} x {args.length} tokens, {jax.device_count()} devices "
-          f"(mesh data={jax.device_count()}), GradCache chunk {args.grad_cache or 'off'}, remat {args.remat}, scan {args.scan}; "
+          f"(mesh data={jax.device_count()}), GradCache chunk {args.grad_cache or 'off'}, remat {args.remat}, "
+          f"scan {args.scan}; "
           "per device:")  # fmt: skip
     print(f"{'layout':>10s} {'params':>14s} {'arguments':>10s} {'outputs':>10s} {'temp':>10s} {'compile':>8s}")
     for fsdp in [layout == "fsdp" for layout in args.layouts]:
