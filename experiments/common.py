@@ -29,8 +29,8 @@ def add_budget_flags(parser) -> None:
 
 
 def samtone(*argv: str, log: str) -> None:
-    """`samtone ARGV` in this process (no interpreter start, jax import or data loading per run: a
-    third of a mini run's time), its output and logging to `log`; exits naming the log on failure."""
+    """`samtone ARGV` in this process (no interpreter start, jax import or data loading per run), its
+    output and logging to `log`; exits naming the log on failure."""
     from samtone_jax import cli
 
     start = time.time()

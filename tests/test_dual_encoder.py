@@ -215,12 +215,12 @@ def test_learnable_temperature_is_a_log_parameter_with_gradients(tiny_config):
         init_params(DualEncoder(tiny_config, learnable_temperature=0.0), jax.random.PRNGKey(0))
 
 
-@pytest.mark.parametrize("remat", [False, True])
-def test_scanned_layers_equal_the_unrolled_ones(tiny_config, remat):
-    """T5Config.scan_layers (± remat): the same parameter tree, hidden states and gradients."""
+@pytest.mark.parametrize("scan,remat", [(True, False), (True, True), (False, True)])
+def test_scanned_and_rematerialised_layers_equal_the_plain_ones(tiny_config, scan, remat):
+    """T5Config.scan_layers and / or remat: the same parameter tree, hidden states and gradients."""
     config = dataclasses.replace(tiny_config, num_layers=3)
     tokens = _tokens(4)
-    unrolled, scanned = T5Encoder(config), T5Encoder(dataclasses.replace(config, scan_layers=True, remat=remat))
+    unrolled, scanned = T5Encoder(config), T5Encoder(dataclasses.replace(config, scan_layers=scan, remat=remat))
     params = nn.unbox(unrolled.init(jax.random.PRNGKey(0), tokens)["params"])
     scanned_init = nn.unbox(scanned.init(jax.random.PRNGKey(0), tokens)["params"])
     assert jax.tree_util.tree_structure(scanned_init) == jax.tree_util.tree_structure(params)

@@ -225,7 +225,7 @@ def test_id_masking_off_makes_duplicates_negatives(gin_tiny):
     """train.id_masking=False (the duplicate-document ablation): no ids reach the loss, so nothing
     is masked; with ids, the batch's duplicate ids are masked and the loss differs."""
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
-    raw = {k: v for k, v in _batch(batch=16).items()}
+    raw = _batch(batch=16)
     with_ids, without = train.model_features(raw), train.model_features(raw, id_masking=False)
     assert "doc_id" in with_ids and not any(k in without for k in train.ID_FEATURES)
     params = jax.device_get(nn.unbox(train.init_params(gin_tiny, jax.random.PRNGKey(0))))
