@@ -8,6 +8,8 @@ setup(
     description="Train T5.1.1 dual-encoder retrievers with same-tower negatives (SamToNe) in JAX/Flax.",
     python_requires=">=3.11",
     packages=find_packages(include=["samtone_jax", "samtone_jax.*"]),
+    # The native CPU top-k kernel's source, compiled on first use (samtone_jax/evaluation/native_top_k.py).
+    package_data={"samtone_jax.evaluation": ["native/*.cc"]},
     install_requires=[
         "jax>=0.10,<0.11",
         "jaxlib>=0.10,<0.11",

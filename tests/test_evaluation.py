@@ -3,6 +3,9 @@ hand-checked MultiReQA-style multi-gold cases."""
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -29,22 +32,37 @@ def _integer_data(seed=0, n=203, q=9, d=6):
     return queries, corpus
 
 
+# 'native' is the CPU kernel (evaluation/native_top_k.py), 'lax' XLA's top_k; both must be exact.
+SELECTIONS = ["native", "lax"]
+
+
+def _require(selection):
+    if selection == "native" and shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip("the native top-k kernel needs a C++ compiler (g++ or $CXX)")
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
 @pytest.mark.parametrize("chunk_size", [1, 16, 1000])
-def test_single_device_search_equals_brute_force_with_ties(chunk_size):
+def test_single_device_search_equals_brute_force_with_ties(chunk_size, selection):
+    _require(selection)
     queries, corpus = _integer_data()
-    scores, ids = search.exact_top_k(queries, corpus, k=10, chunk_size=chunk_size)
+    scores, ids = search.exact_top_k(queries, corpus, k=10, chunk_size=chunk_size, selection=selection)
     ref_scores, ref_ids = brute_force(queries, corpus, 10)
     np.testing.assert_array_equal(ids, ref_ids)
     np.testing.assert_array_equal(scores, ref_scores.astype(np.float32))
 
 
+@pytest.mark.parametrize("selection", SELECTIONS)
 @pytest.mark.parametrize("chunk_size", [4, 64])
-def test_sharded_search_on_eight_devices_equals_brute_force(chunk_size):
+def test_sharded_search_on_eight_devices_equals_brute_force(chunk_size, selection):
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    _require(selection)
     queries, corpus = _integer_data(seed=1)
     mesh = partitioning.create_mesh()
-    scores, ids = search.exact_top_k(queries, corpus, k=25, chunk_size=chunk_size, mesh=mesh, query_batch=4)
+    scores, ids = search.exact_top_k(
+        queries, corpus, k=25, chunk_size=chunk_size, mesh=mesh, query_batch=4, selection=selection
+    )
     ref_scores, ref_ids = brute_force(queries, corpus, 25)
     np.testing.assert_array_equal(ids, ref_ids)
     np.testing.assert_array_equal(scores, ref_scores.astype(np.float32))

@@ -14,6 +14,7 @@ import samtone_jax
 from samtone_jax import cli, partitioning
 from samtone_jax.data import pipeline
 from samtone_jax.evaluation import embedding_store
+from samtone_jax.evaluation.encode import TextEncoder
 
 TEXTS = [
     "a dog barked at the mailman",
@@ -48,6 +49,21 @@ def test_encoding_sharded_over_eight_devices_equals_one_device(trained_run):
     assert sharded._encoder.batch_size == 8  # rounded up to the data devices
     texts = TEXTS * 4
     np.testing.assert_allclose(sharded.encode_queries(texts), single.encode_queries(texts), rtol=1e-5, atol=1e-6)
+
+
+def test_length_buckets_give_the_full_length_embeddings_in_input_order(trained_run, monkeypatch):
+    encoder = samtone_jax.load(str(trained_run))
+    texts = TEXTS + ["dog", "a b c d e f g h i j k"]
+    tokens, _ = pipeline.encode_texts(encoder.vocabulary, texts, 12)
+    full = TextEncoder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=1)
+    bucketed = TextEncoder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=4)
+    lengths = []
+    encode_tokens = bucketed.encode_tokens
+    monkeypatch.setattr(bucketed, "encode_tokens", lambda t, *a: lengths.append(t.shape[1]) or encode_tokens(t, *a))
+    expected = full.encode_all(tokens, "document")
+    np.testing.assert_allclose(bucketed.encode_all(tokens, "document"), expected, rtol=1e-5, atol=1e-6)
+    assert lengths == sorted(lengths) and lengths[0] < 12 and set(lengths) <= {3, 6, 9, 12}  # short rows first
+    assert [bucketed.bucket_length(u, 64) for u in (0, 1, 16, 17, 64)] == [1, 16, 16, 32, 64]
 
 
 def test_load_errors_say_what_is_missing_and_where(trained_run, tmp_path):

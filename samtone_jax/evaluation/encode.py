@@ -1,6 +1,10 @@
 """Encode texts with a dual encoder in fixed-size batches sharded over a mesh's 'data' axis.
 
-One compilation per (model, side, batch shape): the last batch is padded to the compiled shape.
+Texts are sorted by token count and each batch is cut to the shortest of `length_buckets` evenly
+spaced lengths that holds its longest row (trailing padding changes nothing: attention and mean
+pooling mask it, and T5's position bias is relative), so a corpus of short texts costs its real
+length, not the maximum; at most `length_buckets` compilations per (model, side), and the last
+batch is padded to the compiled batch size.
 With a mesh, each batch is split over the 'data' devices (of every process: each fills its own
 devices' rows, and the embeddings are gathered back to every process) and the parameters are
 laid out by the partitioning rules, so encoding uses every device the mesh holds.
@@ -35,8 +39,10 @@ def _compiled(model, side: str):
 class TextEncoder:
     """Compiled, sharded text -> embedding for one model (parameters fixed, or given per call)."""
 
-    def __init__(self, model, params, vocabulary, mesh=None, batch_size: int = 256):
-        self.model, self.vocabulary, self.mesh = model, vocabulary, mesh
+    def __init__(self, model, params, vocabulary, mesh=None, batch_size: int = 256, length_buckets: int = 8):
+        if length_buckets < 1:
+            raise ValueError(f"length_buckets must be >= 1 (1 = always the full length), got {length_buckets}")
+        self.model, self.vocabulary, self.mesh, self.length_buckets = model, vocabulary, mesh, length_buckets
         devices = 1 if mesh is None else mesh.shape["data"]
         self.batch_size = -(-max(batch_size, 1) // devices) * devices  # a multiple of the data devices
         self._tokens_sharding = None if mesh is None else NamedSharding(mesh, P("data"))
@@ -68,11 +74,26 @@ class TextEncoder:
         called after each batch with the number of texts done in it."""
         return self.encode_all(tokenize(self.vocabulary, list(texts), length)[0], side, progress, params)
 
+    def bucket_length(self, used: int, full: int) -> int:
+        """The shortest of the `length_buckets` lengths ceil(full·j / buckets) that is >= used."""
+        step = full / self.length_buckets
+        return min(full, max(1, int(np.ceil(np.ceil(used / step) * step))))
+
     def encode_all(self, tokens: np.ndarray, side: str, progress=None, params=None) -> np.ndarray:
-        """tokens [N, L] (any N) -> [N, P], batch by batch."""
-        out = []
+        """tokens [N, L] (any N; padding 0 at the end of each row) -> [N, P], in length-sorted batches."""
+        if len(tokens) == 0:
+            return np.zeros((0, 0), np.float32)
+        full = tokens.shape[1]
+        used = np.where((tokens != 0).any(axis=1), full - np.argmax(tokens[:, ::-1] != 0, axis=1), 0)
+        order = np.argsort(used, kind="stable")
+        out = None
         for start in range(0, len(tokens), self.batch_size):
-            out.append(self.encode_tokens(tokens[start : start + self.batch_size], side, params))
+            rows = order[start : start + self.batch_size]
+            length = self.bucket_length(int(used[rows].max()), full)
+            embeddings = self.encode_tokens(tokens[rows, :length], side, params)
+            if out is None:
+                out = np.zeros((len(tokens), embeddings.shape[1]), embeddings.dtype)
+            out[rows] = embeddings
             if progress is not None:
-                progress(len(out[-1]))
-        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+                progress(len(rows))
+        return out

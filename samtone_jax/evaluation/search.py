@@ -18,6 +18,8 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from samtone_jax.evaluation import native_top_k
+
 
 def _select(scores, k: int, recall_target: float | None):
     """(values, positions) of the k largest per row: exact, or TPU's approximate partial reduction."""
@@ -26,39 +28,70 @@ def _select(scores, k: int, recall_target: float | None):
     return jax.lax.approx_max_k(scores, k, recall_target=recall_target)
 
 
-def _chunked_top_k(queries, corpus, k: int, chunk_size: int, n: int, offset=0, recall_target=None):
-    """Top-k over `corpus` rows (global ids offset + row; rows with id >= n are padding)."""
+SELECTIONS = ("auto", "native", "lax")
+
+
+def _use_native(selection: str, recall_target: float | None) -> bool:
+    """Whether chunks merge with the native CPU kernel (on CPU devices; others always use lax)."""
+    if selection not in SELECTIONS:
+        raise ValueError(f"unknown top-k selection {selection!r}; choose one of {SELECTIONS}")
+    if selection == "lax" or recall_target is not None:
+        return False
+    if selection == "native" and not native_top_k.available():
+        raise RuntimeError(f"selection='native' but the native top-k kernel is unavailable: "
+                           f"{native_top_k.unavailable_reason()}")  # fmt: skip
+    return native_top_k.available()
+
+
+def _chunked_top_k(queries, corpus, k: int, chunk_size: int, n: int, offset=0, recall_target=None,
+                   selection: str = "auto"):  # fmt: skip
+    """Top-k over `corpus` rows (global ids offset + row; rows with id >= n are padding).
+
+    selection 'auto' merges each chunk with the native kernel on CPU devices (native_top_k.py) when
+    it is built, else with lax.top_k; 'lax' always uses lax.top_k; 'native' fails if it is not built.
+    """
     chunks = corpus.reshape(-1, chunk_size, corpus.shape[1])
     init = (jnp.full((queries.shape[0], k), -jnp.inf, jnp.float32), jnp.full((queries.shape[0], k), -1, jnp.int32))
 
-    def merge(carry, x):
-        best_scores, best_ids = carry
-        chunk, start = x
-        scores = jnp.einsum("qd,cd->qc", queries, chunk, preferred_element_type=jnp.float32)
-        ids = offset + start + jnp.arange(chunk_size, dtype=jnp.int32)
+    def lax_merge(scores, start, best_scores, best_ids):
+        ids = start + jnp.arange(chunk_size, dtype=jnp.int32)
         scores = jnp.where(ids[None, :] < n, scores, -jnp.inf)  # padding rows never win
         all_scores = jnp.concatenate([best_scores, scores], axis=1)
         all_ids = jnp.concatenate([best_ids, jnp.broadcast_to(ids, scores.shape)], axis=1)
         top, where = _select(all_scores, k, recall_target)
-        return (top, jnp.take_along_axis(all_ids, where, axis=1)), None
+        return top, jnp.take_along_axis(all_ids, where, axis=1)
+
+    def native_merge(scores, start, best_scores, best_ids):
+        return native_top_k.merge(scores, start, best_scores, best_ids, n)
+
+    native = _use_native(selection, recall_target)
+
+    def merge(carry, x):
+        chunk, start = x
+        scores = jnp.einsum("qd,cd->qc", queries, chunk, preferred_element_type=jnp.float32)
+        args = (scores, offset + start, *carry)
+        if native:
+            return jax.lax.platform_dependent(*args, cpu=native_merge, default=lax_merge), None
+        return lax_merge(*args), None
 
     starts = jnp.arange(chunks.shape[0], dtype=jnp.int32) * chunk_size
     (scores, ids), _ = jax.lax.scan(merge, init, (chunks, starts))
-    return scores, ids
+    # The native kernel leaves heaps; lax.top_k's rows are already in this order (a no-op for them).
+    return native_top_k.sort_best(scores, ids) if native else (scores, ids)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "recall_target"))
-def _top_k(queries, corpus, k: int, chunk_size: int, n: int, recall_target=None):
-    return _chunked_top_k(queries, corpus, k, chunk_size, n, recall_target=recall_target)
+@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "recall_target", "selection"))
+def _top_k(queries, corpus, k: int, chunk_size: int, n: int, recall_target=None, selection="auto"):
+    return _chunked_top_k(queries, corpus, k, chunk_size, n, recall_target=recall_target, selection=selection)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "mesh", "recall_target"))
-def _sharded_top_k(queries, corpus, k: int, chunk_size: int, n: int, mesh, recall_target=None):
+@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "mesh", "recall_target", "selection"))
+def _sharded_top_k(queries, corpus, k: int, chunk_size: int, n: int, mesh, recall_target=None, selection="auto"):
     rows = corpus.shape[0] // mesh.shape["data"]
 
     def local(q, shard):
         offset = jax.lax.axis_index("data") * rows
-        scores, ids = _chunked_top_k(q, shard, k, chunk_size, n, offset, recall_target)
+        scores, ids = _chunked_top_k(q, shard, k, chunk_size, n, offset, recall_target, selection)
         scores = jax.lax.all_gather(scores, "data", axis=1, tiled=True)  # [Q, devices·k], device order
         ids = jax.lax.all_gather(ids, "data", axis=1, tiled=True)
         top, where = jax.lax.top_k(scores, k)
@@ -77,23 +110,26 @@ def exact_top_k(
     query_batch: int = 1024,
     mesh=None,
     recall_target: float | None = None,
+    selection: str = "auto",
 ):
     """(scores [Q, k] float32, corpus indices [Q, k] int32), best first, ties by lower index.
 
     queries [Q, D], corpus [N, D]. With `mesh`, the corpus is sharded over its 'data' axis (each
     device holds 1/devices of it). `recall_target` (e.g. 0.95) selects with lax.approx_max_k,
-    which is fast on TPU and exact (a sort) elsewhere.
+    which is fast on TPU and exact (a sort) elsewhere. `selection` picks how exact chunks merge on
+    CPU devices: 'auto' (the native kernel when it builds, else lax.top_k), 'native', or 'lax'.
     """
     n = len(corpus)
     k = min(k, n)
     devices = 1 if mesh is None else mesh.shape["data"]
     chunk_size = max(1, min(chunk_size, -(-n // devices)))
     padded = np.pad(np.asarray(corpus, np.float32), ((0, (-n) % (chunk_size * devices)), (0, 0)))
+    options = {"n": n, "recall_target": recall_target, "selection": selection}
     if mesh is None:
-        corpus_on_device, search = jnp.asarray(padded), functools.partial(_top_k, n=n, recall_target=recall_target)
+        corpus_on_device, search = jnp.asarray(padded), functools.partial(_top_k, **options)
     else:
         corpus_on_device = jax.device_put(padded, NamedSharding(mesh, P("data")))
-        search = functools.partial(_sharded_top_k, n=n, mesh=mesh, recall_target=recall_target)
+        search = functools.partial(_sharded_top_k, mesh=mesh, **options)
     out_scores, out_ids = [], []
     for start in range(0, len(queries), query_batch):
         s, i = search(jnp.asarray(queries[start : start + query_batch], jnp.float32), corpus_on_device, k, chunk_size)
