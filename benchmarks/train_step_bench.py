@@ -13,8 +13,9 @@ clipping 1.0, lr 1e-3).
          (relative_step off, scale_parameter on, clip_threshold 1.0, decay_rate -0.8)
   peak   this process's float32 matmul rate (a 2048³ jnp matmul, best of 10), for MFU
 
-Prints pairs/s of each (median step time after warm-up), ours/theirs (goal ≥ 1.2), and ours'
-model FLOP/s as a fraction of the measured matmul peak (goal ≥ 0.40). Model FLOPs are counted
+Prints pairs/s of each (median step time after warm-up), ours/theirs (goal ≥ 1.2), ours' model
+FLOP/s as a fraction of the measured matmul peak (goal ≥ 0.40), and the time of the step's matmuls
+alone, each timed in isolation with XLA's dot kernels: the floor of any XLA:CPU step. Model FLOPs are counted
 analytically (matmuls of the forward × 3, PaLM-style: no rematerialisation counted) and checked
 against XLA's cost analysis of the compiled step.
 
@@ -24,6 +25,7 @@ against XLA's cost analysis of the compiled step.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import tempfile
@@ -75,6 +77,27 @@ def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
         mm(a, b).block_until_ready()
         best = min(best, time.perf_counter() - start)
     return 2 * n**3 / best
+
+
+def dots_alone(batch: int, length: int, repeats: int = 5, shape: dict = SHAPE) -> float:
+    """Seconds of the step's matmuls alone, each timed in isolation at its shape (median of `repeats`):
+    per layer and side the q, k, v, o, wi_0, wi_1, wo projections (forward, and the backward's
+    dx = dy·Wᵀ and dW = xᵀ·dy) and the attention products QKᵀ, AV (× 3). What a step built from
+    XLA:CPU's dot kernels cannot go below, so it bounds any XLA step's speed-up over theirs."""
+    d, h, dh, f, n = shape["emb_dim"], shape["num_heads"], shape["head_dim"], shape["mlp_dim"], shape["num_layers"]
+    m = batch * length
+    products = []  # (lhs shape, rhs shape, einsum, count per side and layer)
+    for k, out, count in ((d, h * dh, 3), (h * dh, d, 1), (d, f, 2), (f, d, 1)):
+        products += [((m, k), (k, out), "mk,kn->mn", count), ((m, out), (k, out), "mn,kn->mk", count),
+                     ((m, k), (m, out), "mk,mn->kn", count)]  # fmt: skip
+    attention = ((batch * h, length, dh), (batch * h, length, dh), "bqd,bkd->bqk", 3 * 2)  # QKᵀ and AV, fwd + bwd
+    total = 0.0
+    for lhs, rhs, spec, count in [*products, attention]:
+        a = jax.random.normal(jax.random.PRNGKey(0), lhs, jnp.float32)
+        b = jax.random.normal(jax.random.PRNGKey(1), rhs, jnp.float32)
+        dot = jax.jit(lambda a, b, spec=spec: jnp.einsum(spec, a, b))
+        total += count * timed(functools.partial(lambda dot, a, b: dot(a, b).block_until_ready(), dot, a, b), repeats)
+    return 2 * n * total  # both sides, every layer
 
 
 def random_tokens(batch: int, length: int, seed: int) -> np.ndarray:
@@ -186,6 +209,8 @@ def main():
         print(f"sentence-transf.   {theirs:8.3f} s/step  {args.batch / theirs:6.2f} pairs/s  "
               f"MFU {flops / theirs / peak:.2f}")  # fmt: skip
         print(f"ours / theirs      {theirs / ours:8.2f}x  (goal >= 1.2)")
+        dots = dots_alone(args.batch, args.length)
+        print(f"dots alone (XLA)   {dots:8.3f} s/step  -> no XLA:CPU step can exceed {theirs / dots:.2f}x theirs")
     print(f"ours MFU           {flops / ours / peak:8.2f}   (goal >= 0.40)")
 
 

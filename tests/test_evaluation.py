@@ -202,3 +202,18 @@ def test_eval_compare_and_analyze_commands_on_a_trained_run(trained_run, wordnet
     summary = json.loads((out / "summary.json").read_text())
     assert summary["models"]["run"] == summary["models"]["step2"]  # the same checkpoint twice
     assert all((out / f).stat().st_size > 0 for f in ("tsne.png", "top1_cosine.png", "similarity_ratio.png"))
+
+
+def test_exact_index_is_built_once_and_searched_in_query_batches():
+    queries, corpus = _integer_data(seed=2, q=11)
+    index = search.ExactIndex(corpus, chunk_size=32, query_batch=4)  # 3 query batches, 7 chunks
+    ref_scores, ref_ids = brute_force(queries, corpus, 10)
+    for _ in range(2):  # searched twice: the device corpus is reused
+        scores, ids = index.search(queries, 10)
+        np.testing.assert_array_equal(ids, ref_ids)
+        np.testing.assert_array_equal(scores, ref_scores.astype(np.float32))
+    assert index.search(queries[:0], 10)[1].shape == (0, 10)
+    with pytest.raises(ValueError, match=r"queries must be \[Q, 6\] to search this corpus, got shape \(2, 5\)"):
+        index.search(queries[:2, :5], 10)
+    with pytest.raises(ValueError, match=r"the corpus must be \[N, D\] embeddings, got shape \(203,\)"):
+        search.ExactIndex(corpus[:, 0])

@@ -1,11 +1,13 @@
 """Maximum-inner-product search on device (exact, or lax.approx_max_k on TPU), memory bounded by
 the chunk size; `top_k` also dispatches to the FAISS backends (faiss_search.py) for CPU hosts.
 
-The corpus is scored in chunks of `chunk_size` rows; each chunk's top-k merges with the running
-top-k (`lax.top_k` over [k + chunk] candidates), so memory is O(queries × (k + chunk)), never
-O(queries × corpus). With a mesh, the corpus is sharded over 'data': each device keeps the top-k
-of its shard, the k·devices candidates are all-gathered and merged. Ties keep the lower corpus
-index everywhere (lax.top_k is stable and earlier chunks / devices hold lower ids).
+The corpus is scored in chunks of `chunk_size` rows; each chunk merges into the running top-k, so
+memory is O(queries × (k + chunk)), never O(queries × corpus). On CPU devices the merge is a
+native kernel (native_top_k.py: per-query heaps, a vectorised pass against each heap's worst
+score); elsewhere `lax.top_k` over the [k + chunk] candidates. With a mesh, the corpus is sharded
+over 'data': each device keeps the top-k of its shard, the k·devices candidates are all-gathered
+and merged. Ties keep the lower corpus index everywhere (lax.top_k is stable, the kernel's heaps
+order by (score, id), and earlier chunks / devices hold lower ids).
 """
 
 from __future__ import annotations
@@ -102,40 +104,67 @@ def _sharded_top_k(queries, corpus, k: int, chunk_size: int, n: int, mesh, recal
     )
 
 
-def exact_top_k(
-    queries: np.ndarray,
-    corpus: np.ndarray,
-    k: int = 100,
-    chunk_size: int = 8192,
-    query_batch: int = 1024,
-    mesh=None,
-    recall_target: float | None = None,
-    selection: str = "auto",
-):
-    """(scores [Q, k] float32, corpus indices [Q, k] int32), best first, ties by lower index.
+def auto_chunk_size(query_batch: int, dim: int) -> int:
+    """Corpus rows per chunk: the power of two whose scores and rows (query_batch + dim) × chunk
+    float32 take about 16 MiB, so a chunk stays in a server CPU's last-level cache between its
+    matmul and its merge; 1,024 … 16,384 (measured in benchmarks/search_bench.py --chunk_sizes)."""
+    rows = (16 << 20) // (4 * (query_batch + dim))
+    return int(min(16384, max(1024, 2 ** int(np.log2(max(rows, 1))))))
 
-    queries [Q, D], corpus [N, D]. With `mesh`, the corpus is sharded over its 'data' axis (each
-    device holds 1/devices of it). `recall_target` (e.g. 0.95) selects with lax.approx_max_k,
-    which is fast on TPU and exact (a sort) elsewhere. `selection` picks how exact chunks merge on
-    CPU devices: 'auto' (the native kernel when it builds, else lax.top_k), 'native', or 'lax'.
+
+class ExactIndex:
+    """A corpus placed on device once (padded to whole chunks, sharded over the mesh's 'data' axis)
+    and searched exactly, like faiss's IndexFlatIP: build it once, then `search` query batches.
+
+    corpus [N, D]. `chunk_size` None picks `auto_chunk_size`. `recall_target` (e.g. 0.95) selects
+    with lax.approx_max_k, which is fast on TPU and exact (a sort) elsewhere. `selection` picks how
+    exact chunks merge on CPU devices: 'auto' (the native kernel when it builds, else lax.top_k),
+    'native', or 'lax'.
     """
-    n = len(corpus)
-    k = min(k, n)
-    devices = 1 if mesh is None else mesh.shape["data"]
-    chunk_size = max(1, min(chunk_size, -(-n // devices)))
-    padded = np.pad(np.asarray(corpus, np.float32), ((0, (-n) % (chunk_size * devices)), (0, 0)))
-    options = {"n": n, "recall_target": recall_target, "selection": selection}
-    if mesh is None:
-        corpus_on_device, search = jnp.asarray(padded), functools.partial(_top_k, **options)
-    else:
-        corpus_on_device = jax.device_put(padded, NamedSharding(mesh, P("data")))
-        search = functools.partial(_sharded_top_k, mesh=mesh, **options)
-    out_scores, out_ids = [], []
-    for start in range(0, len(queries), query_batch):
-        s, i = search(jnp.asarray(queries[start : start + query_batch], jnp.float32), corpus_on_device, k, chunk_size)
-        out_scores.append(np.asarray(s))
-        out_ids.append(np.asarray(i))
-    return np.concatenate(out_scores), np.concatenate(out_ids)
+
+    def __init__(self, corpus: np.ndarray, mesh=None, chunk_size: int | None = None, query_batch: int = 1024,
+                 recall_target: float | None = None, selection: str = "auto"):  # fmt: skip
+        corpus = np.asarray(corpus, np.float32)
+        if corpus.ndim != 2:
+            raise ValueError(f"the corpus must be [N, D] embeddings, got shape {corpus.shape}")
+        _use_native(selection, recall_target)  # a bad `selection` fails here, not at the first search
+        self.n, self.dim, self.mesh, self.query_batch = len(corpus), corpus.shape[1], mesh, query_batch
+        devices = 1 if mesh is None else mesh.shape["data"]
+        chunk_size = chunk_size or auto_chunk_size(query_batch, self.dim)
+        self.chunk_size = max(1, min(chunk_size, -(-self.n // devices)))
+        padded = np.pad(corpus, ((0, (-self.n) % (self.chunk_size * devices)), (0, 0)))
+        options = {"n": self.n, "recall_target": recall_target, "selection": selection}
+        if mesh is None:
+            self.corpus, self._search = jnp.asarray(padded), functools.partial(_top_k, **options)
+        else:
+            self.corpus = jax.device_put(padded, NamedSharding(mesh, P("data")))
+            self._search = functools.partial(_sharded_top_k, mesh=mesh, **options)
+
+    def search(self, queries: np.ndarray, k: int = 100) -> tuple[np.ndarray, np.ndarray]:
+        """(scores [Q, k] float32, corpus indices [Q, k] int32), best first, ties by lower index."""
+        queries = np.asarray(queries, np.float32)
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise ValueError(f"queries must be [Q, {self.dim}] to search this corpus, got shape {queries.shape}")
+        k = min(k, self.n)
+        out_scores, out_ids = [], []
+        for start in range(0, len(queries), self.query_batch):
+            batch = jnp.asarray(queries[start : start + self.query_batch])
+            s, i = self._search(batch, self.corpus, k, self.chunk_size)
+            out_scores.append(np.asarray(s))
+            out_ids.append(np.asarray(i))
+        if not out_scores:
+            return np.zeros((0, k), np.float32), np.zeros((0, k), np.int32)
+        return np.concatenate(out_scores), np.concatenate(out_ids)
+
+
+def exact_top_k(queries: np.ndarray, corpus: np.ndarray, k: int = 100, chunk_size: int | None = None,
+                query_batch: int = 1024, mesh=None, recall_target: float | None = None,
+                selection: str = "auto"):  # fmt: skip
+    """(scores [Q, k] float32, corpus indices [Q, k] int32), best first, ties by lower index:
+    ExactIndex(corpus, ...).search(queries, k), for one set of queries. queries [Q, D], corpus [N, D];
+    with `mesh`, each device holds 1/devices of the corpus."""
+    index = ExactIndex(corpus, mesh, chunk_size, query_batch, recall_target, selection)
+    return index.search(queries, k)
 
 
 BACKENDS = ("exact", "approx", "faiss", "faiss_ivfpq")
