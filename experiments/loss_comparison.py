@@ -14,7 +14,7 @@ the arm's average over seeds better than the baseline's). Then the paper's embed
 (`samtone analyze`) for baseline vs SamToNe (SDE, seed 0). Resumable: rerunning skips finished runs.
 
   .venv/bin/python experiments/loss_comparison.py --out runs/loss_comparison   # ~50 min on 2 cores
-  .venv/bin/python experiments/loss_comparison.py --task wordnet_definitions --out runs/loss_comparison_wordnet  # ~46 min
+  .venv/bin/python experiments/loss_comparison.py --task wordnet_definitions --out runs/loss_comparison_wordnet # 46 min
 """
 
 from __future__ import annotations
