@@ -67,3 +67,11 @@ def test_search_falls_back_to_lax_when_the_kernel_is_unavailable(monkeypatch):
         search.exact_top_k(queries, corpus, k=5, chunk_size=16, selection="native")
     with pytest.raises(ValueError, match="unknown top-k selection 'heap'"):
         search.exact_top_k(queries, corpus, k=5, chunk_size=16, selection="heap")
+
+
+def test_an_unwritable_cache_folder_falls_back_to_a_temp_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("SAMTONE_NATIVE_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+    (tmp_path / "file").write_text("a file where the cache folder would go")
+    monkeypatch.setattr(native_top_k.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    assert native_top_k._cache_dir().startswith(str(tmp_path / "tmp" / "samtone_jax-"))

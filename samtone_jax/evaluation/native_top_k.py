@@ -21,6 +21,7 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
 import uuid
 
 import jax
@@ -48,11 +49,19 @@ def _cpu_signature() -> str:
 
 
 def _cache_dir() -> str:
+    """$SAMTONE_NATIVE_CACHE, else the user's cache folder, else (read-only home) a per-user temp folder."""
     root = os.environ.get("SAMTONE_NATIVE_CACHE")
     if root:
         return root
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "samtone_jax")
+    preferred = os.path.join(base, "samtone_jax")
+    try:
+        os.makedirs(preferred, exist_ok=True)
+        if os.access(preferred, os.W_OK):
+            return preferred
+    except OSError:
+        pass
+    return os.path.join(tempfile.gettempdir(), f"samtone_jax-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
 
 
 def _compile(compiler: str, arch_flags: list[str], out: str) -> subprocess.CompletedProcess:
