@@ -75,3 +75,9 @@ def test_an_unwritable_cache_folder_falls_back_to_a_temp_folder(tmp_path, monkey
     (tmp_path / "file").write_text("a file where the cache folder would go")
     monkeypatch.setattr(native_top_k.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
     assert native_top_k._cache_dir().startswith(str(tmp_path / "tmp" / "samtone_jax-"))
+
+
+def test_auto_selection_on_an_accelerator_host_never_builds_the_kernel(monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    monkeypatch.setattr(native_top_k, "_load", lambda: pytest.fail("the kernel was built on a TPU host"))
+    assert not search._use_native("auto", None)

@@ -39,6 +39,8 @@ def _use_native(selection: str, recall_target: float | None) -> bool:
         raise ValueError(f"unknown top-k selection {selection!r}; choose one of {SELECTIONS}")
     if selection == "lax" or recall_target is not None:
         return False
+    if selection == "auto" and jax.default_backend() != "cpu":  # TPU / GPU hosts: no compiler run, no warning
+        return False
     if selection == "native" and not native_top_k.available():
         raise RuntimeError(f"selection='native' but the native top-k kernel is unavailable: "
                            f"{native_top_k.unavailable_reason()}")  # fmt: skip
