@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -24,6 +25,12 @@ def shared_data_dir() -> Path:
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return shared_data_dir()
+
+
+def require_compiler() -> None:
+    """Skip unless the C++ compiler the native top-k kernel is built with ($CXX, else g++) is on PATH."""
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip("the native top-k kernel needs a C++ compiler (g++ or $CXX)")
 
 
 def require_shared(relative: str) -> Path:

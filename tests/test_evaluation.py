@@ -3,12 +3,10 @@ hand-checked MultiReQA-style multi-gold cases."""
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import jax
 import numpy as np
 import pytest
+from conftest import require_compiler
 
 from samtone_jax import partitioning
 from samtone_jax.evaluation import metrics, search
@@ -37,8 +35,8 @@ SELECTIONS = ["native", "lax"]
 
 
 def _require(selection):
-    if selection == "native" and shutil.which(os.environ.get("CXX", "g++")) is None:
-        pytest.skip("the native top-k kernel needs a C++ compiler (g++ or $CXX)")
+    if selection == "native":
+        require_compiler()
 
 
 @pytest.mark.parametrize("selection", SELECTIONS)

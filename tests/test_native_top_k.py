@@ -4,22 +4,18 @@ compile cache, clear errors when it cannot be built, and search's fallback to la
 from __future__ import annotations
 
 import os
-import shutil
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import require_compiler
 
 from samtone_jax.evaluation import native_top_k, search
 
-needs_compiler = pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "g++")) is None, reason="the native kernel needs a C++ compiler (g++ or $CXX)"
-)
 
-
-@needs_compiler
 def test_merge_keeps_the_best_ties_by_lower_id_and_skips_padding_and_nan():
+    require_compiler()
     rng = np.random.default_rng(0)
     q, chunk, chunks, k, n = 5, 40, 4, 7, 150  # ids 150..159 of the last chunk are padding
     scores = rng.integers(-3, 4, size=(q, chunk * chunks)).astype(np.float32)  # many ties
@@ -36,8 +32,8 @@ def test_merge_keeps_the_best_ties_by_lower_id_and_skips_padding_and_nan():
     np.testing.assert_array_equal(np.asarray(best), np.take_along_axis(valid, order, 1))
 
 
-@needs_compiler
 def test_build_compiles_once_into_the_cache(tmp_path, monkeypatch):
+    require_compiler()
     monkeypatch.setenv("SAMTONE_NATIVE_CACHE", str(tmp_path))
     path = native_top_k.build()
     assert os.path.dirname(path) == str(tmp_path) and os.listdir(tmp_path) == [os.path.basename(path)]

@@ -6,7 +6,8 @@ made selection cost more than the matmul it follows. The kernel keeps a per-quer
 
 It is compiled on first use with the machine's C++ compiler (`$CXX`, else g++) against jaxlib's FFI
 headers, into a cache keyed by the source, jaxlib's version, the compiler and the CPU
-(`$SAMTONE_NATIVE_CACHE`, else `$XDG_CACHE_HOME/samtone_jax`, else ~/.cache/samtone_jax), written
+(`$SAMTONE_NATIVE_CACHE`, else `$XDG_CACHE_HOME/samtone_jax` or ~/.cache/samtone_jax, else a
+per-user temp folder when that is not writable), written
 atomically so concurrent processes never load a half-written library. `SAMTONE_NATIVE=0` turns it
 off. When it cannot be built, search falls back to `lax.top_k` with one warning naming the reason.
 """

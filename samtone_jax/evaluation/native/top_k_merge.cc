@@ -18,7 +18,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <mutex>
 
@@ -136,14 +135,13 @@ ffi::Error TopKMerge(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> scores, ffi::Bu
   const float* s = scores.typed_data();
   float* heap = best_out->typed_data();
   int32_t* heap_ids = ids_out->typed_data();
-  const bool copy_in = heap != best_in.typed_data() || heap_ids != ids_in.typed_data();
+  if (heap != best_in.typed_data() || heap_ids != ids_in.typed_data()) {  // the call's input_output_aliases
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                      "samtone_top_k_merge: best / best_ids must alias the results (input_output_aliases)");
+  }
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, columns));
   ParallelFor(pool, rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      if (copy_in) {
-        std::memcpy(heap + r * k, best_in.typed_data() + r * k, k * sizeof(float));
-        std::memcpy(heap_ids + r * k, ids_in.typed_data() + r * k, k * sizeof(int32_t));
-      }
       MergeRow(s + r * columns, count, first_id, heap + r * k, heap_ids + r * k, k);
     }
   });
