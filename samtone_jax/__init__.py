@@ -1,6 +1,11 @@
 """samtone_jax: dual-encoder retrieval training in JAX/Flax (T5.1.1 towers, SamToNe loss)."""
 
+from samtone_jax import xla_cpu_flags
+
 __version__ = "0.1.0"
+
+# Before JAX reads XLA_FLAGS: simulated CPU devices must not reorder collectives (see xla_cpu_flags).
+xla_cpu_flags.apply()
 
 
 def load(path: str, **kwargs):

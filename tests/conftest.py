@@ -14,6 +14,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
+import samtone_jax  # noqa: E402,F401  (adds its XLA:CPU flags before any test module starts JAX)
+
 REPO = Path(__file__).resolve().parent.parent
 
 
