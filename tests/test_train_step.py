@@ -220,7 +220,7 @@ def test_scan_remat_and_grad_cache_under_fsdp_take_the_same_step():
     model = gin_utils.model()
     assert model.config.remat and model.config.scan_layers
     # Run 20 times: XLA:CPU's concurrency-optimised scheduler let the 8 devices start the layers'
-    # FSDP all-gathers in different orders and hang (4 of 4 runs within 100 executions);
+    # FSDP all-gathers in different orders and hang (3 of 3 runs, within 2 executions);
     # samtone_jax turns it off on import (xla_cpu_flags).
     params, metrics = _one_step(model, mesh, batch, chunk=2, repeats=20)
     np.testing.assert_allclose(metrics["loss"], reference["loss"], rtol=1e-5)
