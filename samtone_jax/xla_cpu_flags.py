@@ -6,7 +6,7 @@ all-gathers in a different order; the in-process collectives then wait for each 
 XLA aborts: "Termination timeout for `all gather ...`"). It happens in FSDP with scanned layers (the
 per-layer parameter all-gathers inside the while loop): measured on jaxlib 0.10.2, 2 cores, 8 devices,
 the compiled step hung within its first 2 executions in 3 of 3 runs, and in none of 440 (6 runs) with
-the scheduler off. TPU and GPU compile collectives into one order and are unaffected (the flag is CPU-only).
+the scheduler off. The flag is read by XLA:CPU only; TPU and GPU compilation ignore it.
 
 `apply()` (called when samtone_jax is imported, before JAX reads XLA_FLAGS at its first backend use)
 adds `--xla_cpu_enable_concurrency_optimized_scheduler=false` unless XLA_FLAGS already names that

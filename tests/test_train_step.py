@@ -38,8 +38,8 @@ def gin_tiny():
 
 
 def _one_step(model, mesh, batch, chunk=None, repeats=1):
-    """The parameters and metrics after one step from the initial state; `repeats` > 1 runs the
-    compiled step that many times more and checks each run gives the same loss."""
+    """The parameters and metrics after one step from the initial state; with `repeats` > 1 the
+    compiled step runs that many times in all, each giving the same loss."""
     tx, schedule = train.adafactor(learning_rate=1e-2, train_steps=10)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
     step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk))
