@@ -1,6 +1,6 @@
 """samtone_jax: dual-encoder retrieval training in JAX/Flax (T5.1.1 towers, SamToNe loss)."""
 
-from samtone_jax import xla_cpu_flags
+from samtone_jax import paths, xla_cpu_flags  # noqa: F401  (paths: the storage backends, chosen on import)
 
 __version__ = "0.1.0"
 

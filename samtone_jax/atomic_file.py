@@ -1,57 +1,117 @@
-"""Files and folders that are either complete or absent: write a temporary sibling, then rename it.
+"""Files and folders that are either complete or absent, on local disk and on gs://.
 
 Every output a killed job could leave half-written (vocabularies, embedding shards, eval JSON,
-TREC runs, figures, reports) goes through `atomic_open`, so a reader never sees a partial file.
+TREC runs, figures, reports, exports, parameter checkpoints) goes through here:
+
+- a file (`atomic_open`, `write_atomic`): locally a temporary sibling renamed into place; on an
+  object store the bytes are staged on local disk and uploaded in one call once the writer
+  finished, so an exception (or a kill) leaves no object at all;
+- a folder (`atomic_directory`): filled in a local staging folder; a `commit_success.txt` marker
+  is written last, then the folder is renamed into place (local) or uploaded file by file with
+  the marker last (gs://, where there is no rename). Every reader of such a folder calls
+  `require_complete`, so a folder whose upload was cut off is never taken as complete.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import shutil
+import tempfile
 import uuid
 
+from samtone_jax import paths
+
+MARKER = "commit_success.txt"  # the name orbax uses for the same purpose
+
 
 @contextlib.contextmanager
-def atomic_open(path: str, mode: str = "wb"):
-    """Open a temporary file next to `path` for writing; on success rename it to `path`, on any
-    exception remove it. Created with open(..., 'x'), so the umask (not mkstemp's 0600) sets the mode."""
+def atomic_open(path, mode: str = "wb"):
+    """A file object for writing `path` whole: on success it becomes `path`, on any exception
+    nothing is left. Text mode writes UTF-8."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open writes whole files: mode 'w' or 'wb', got {mode!r}")
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
+    target = paths.as_path(path)
+    encoding = None if "b" in mode else "utf-8"
+    if paths.is_remote(target):
+        with tempfile.TemporaryDirectory(prefix="samtone_jax-") as staging:
+            local = os.path.join(staging, target.name)
+            with open(local, mode, encoding=encoding) as f:  # local staging file, uploaded below
+                yield f
+            paths.upload(local, target)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        with open(tmp, mode.replace("w", "x")) as f:
+        # 'x': created with the umask's mode (not mkstemp's 0600), never over another file.
+        with open(tmp, mode.replace("w", "x"), encoding=encoding) as f:  # a local file (epath has no 'x')
             yield f
-        os.replace(tmp, path)
+        tmp.replace(target)
     except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        if tmp.exists():
+            tmp.unlink()
         raise
 
 
-def write_atomic(path: str, data: bytes | str) -> str:
-    """Write `data` to `path` atomically; returns `path`."""
+def write_atomic(path, data: bytes | str) -> str:
+    """Write `data` to `path` atomically; returns `path` as a string."""
     with atomic_open(path, "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
-    return path
+    return paths.as_str(path)
+
+
+def is_complete(directory) -> bool:
+    return (paths.as_path(directory) / MARKER).exists()
+
+
+def require_complete(directory, what: str = "folder") -> None:
+    """FileNotFoundError unless `directory` carries the commit marker `atomic_directory` writes last."""
+    if not is_complete(directory):
+        raise FileNotFoundError(
+            f"{paths.as_str(directory)} is an incomplete {what}: {MARKER} is missing, so its writer stopped "
+            "before finishing (or it predates samtone_jax 0.2); rerun the command that writes it with --overwrite"
+        )
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str, overwrite: bool = False):
-    """Yield a temporary sibling folder to fill; on success it replaces `path` (removed first when
-    `overwrite`), on any exception it is deleted. FileExistsError when `path` exists and not overwrite."""
-    path = os.path.abspath(path)
-    if os.path.exists(path) and not overwrite:
-        raise FileExistsError(f"{path} already exists; choose another destination or remove it first (--overwrite)")
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    os.makedirs(tmp)
+def atomic_directory(path, overwrite: bool = False):
+    """Yield a local staging folder (str) to fill; on success it becomes `path` (replacing it when
+    `overwrite`) with the commit marker, on any exception nothing changes at `path` (on gs://, an
+    overwrite removes the old folder's marker before its files). FileExistsError when `path`
+    exists and not overwrite."""
+    target = paths.as_path(path)
+    if target.exists() and not overwrite:
+        raise FileExistsError(f"{target} already exists; choose another destination or remove it first (--overwrite)")
+    remote = paths.is_remote(target)
+    if remote:
+        staging = tempfile.mkdtemp(prefix="samtone_jax-")
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        os.makedirs(staging)
     try:
-        yield tmp
-        if os.path.exists(path):
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        yield staging
+        stamp = datetime.datetime.now(datetime.UTC).isoformat()
+        with open(os.path.join(staging, MARKER), "w", encoding="utf-8") as f:
+            f.write(f"complete {stamp}\n")
+        if remote:
+            _upload_tree(staging, target)
+        else:
+            if target.exists():
+                target.rmtree()
+            paths.as_path(staging).replace(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _upload_tree(staging: str, target) -> None:
+    if target.exists():
+        (target / MARKER).unlink(missing_ok=True)  # invalid from here on, until the new marker lands
+        target.rmtree()
+    files = []
+    for root, _, names in os.walk(staging):
+        files += [os.path.join(root, n) for n in names if os.path.join(root, n) != os.path.join(staging, MARKER)]
+    for local in files:
+        paths.upload(local, target / os.path.relpath(local, staging))
+    paths.upload(os.path.join(staging, MARKER), target / MARKER)

@@ -38,24 +38,27 @@ def _cmd_import_checkpoint(args, bindings) -> int:
     import gin
     import jax
 
-    from samtone_jax import gin_utils
+    from samtone_jax import gin_utils, paths
     from samtone_jax.checkpoints import import_params, save_params
 
-    gin_files = args.gin_file
-    exported_gin = os.path.join(args.src, "model.gin")
+    src = paths.as_path(args.src)
+    gin_files, gin_text = args.gin_file, None
     extra_bindings = []
-    if not gin_files and os.path.exists(exported_gin):  # a `samtone export` folder describes its model
+    if not gin_files and (src / "model.gin").exists():  # a `samtone export` folder describes its model
         import json
 
-        gin_files = [exported_gin]
-        exported = json.load(open(os.path.join(args.src, "samtone.json")))  # keep its lengths for samtone_jax.load
+        gin_text = (src / "model.gin").read_text()
+        exported = json.loads((src / "samtone.json").read_text())  # keep its lengths for samtone_jax.load
         extra_bindings = [f"train.query_length = {exported['query_length']}",
                           f"train.doc_length = {exported['doc_length']}"]  # fmt: skip
-    gin_utils.parse(gin_files, extra_bindings + args.gin_bindings + bindings)
+    if gin_text is not None:
+        gin_utils.parse([], [gin_text, *extra_bindings, *args.gin_bindings, *bindings])
+    else:
+        gin_utils.parse(gin_files, extra_bindings + args.gin_bindings + bindings)
     model = gin_utils.model()
-    params, info = import_params(args.format, args.src, model, seed=args.seed)
-    vocabulary = os.path.join(args.src, "spiece.model")
-    extra = {"vocab.model": open(vocabulary, "rb").read()} if os.path.exists(vocabulary) else {}
+    params, info = import_params(args.format, str(src), model, seed=args.seed)
+    vocabulary = src / "spiece.model"
+    extra = {"vocab.model": vocabulary.read_bytes()} if vocabulary.exists() else {}
     out = save_params(args.dst, params, gin.config_str(), info, overwrite=args.overwrite, extra_files=extra)
     n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     print(
@@ -110,17 +113,17 @@ def _gin_command(module: str, function: str, report_final: bool):
 
 
 def _default_embeddings_dir(checkpoint: str, task: str, split: str, step: int | None) -> str:
-    from samtone_jax import inference
+    from samtone_jax import inference, paths
 
     kind, directory, step = inference.resolve(checkpoint, step)
-    return os.path.join(directory, "embeddings", f"{task}_{split}" + (f"_step{step}" if step is not None else ""))
+    return paths.join(directory, "embeddings", f"{task}_{split}" + (f"_step{step}" if step is not None else ""))
 
 
 def _cmd_encode(args, bindings) -> int:
     _init_distributed(args)
     import jax
 
-    from samtone_jax import inference, partitioning
+    from samtone_jax import inference, partitioning, paths
     from samtone_jax.evaluation.run import embed
 
     split, collection = _load_task(args)
@@ -131,7 +134,7 @@ def _cmd_encode(args, bindings) -> int:
     sides = {"query": ("query",), "document": ("document",), "both": ("query", "document")}[args.side]
     for side in sides:
         texts = collection.queries if side == "query" else collection.corpus
-        folder = os.path.join(out, "queries" if side == "query" else "documents")
+        folder = paths.join(out, "queries" if side == "query" else "documents")
         ids, embeddings = embed(encoder, texts, side, folder, args.shard_size)
         if jax.process_index() == 0:
             print(f"{len(ids):,} {side} embeddings [{embeddings.shape[1]}] of {args.task}/{split} -> {folder}")
@@ -150,10 +153,10 @@ def _cmd_compare(args, bindings) -> int:
 def _cmd_analyze(args, bindings) -> int:
     import jax
 
-    from samtone_jax import inference, partitioning
+    from samtone_jax import inference, partitioning, paths
     from samtone_jax.analysis import analyze
 
-    names = args.name or [os.path.basename(os.path.normpath(c)) for c in args.checkpoint]
+    names = args.name or [paths.as_path(c).name for c in args.checkpoint]
     if len(names) != len(args.checkpoint) or len(set(names)) != len(names):
         raise ValueError(f"--name must give one distinct name per --checkpoint; got {names} for {args.checkpoint}")
     split, collection = _load_task(args)

@@ -47,7 +47,8 @@ def _bm25_run(query_ids, queries, doc_ids, corpus, k):
 def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_limit: int | None = None) -> int:
     """The demo; `eval_queries` / `corpus_limit` shrink the evaluation (tests), the gold
     definitions of the evaluated queries always staying in the corpus."""
-    from samtone_jax import gin_utils, tasks, train
+    from samtone_jax import gin_utils, inference, paths, tasks, train
+    from samtone_jax.atomic_file import write_atomic
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
     from samtone_jax.data import vocab as vocab_lib
     from samtone_jax.evaluation import metrics
@@ -56,11 +57,11 @@ def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_lim
     from samtone_jax.models import init_params
 
     start = time.time()
-    model_dir = MODEL_DIR
-    vocab_path = os.path.join(model_dir, "vocab.model")
+    model_dir = paths.as_str(MODEL_DIR)
+    vocab_path = paths.join(model_dir, "vocab.model")
     run_bindings = [f"MODEL_DIR = '{model_dir}'", f"VOCABULARY = '{vocab_path}'", *bindings]
     gin_utils.parse([DEMO_GIN, *gin_files], run_bindings)  # fail on a bad binding before any work
-    if not os.path.exists(vocab_path):
+    if not paths.as_path(vocab_path).exists():
         texts = tasks.load("wordnet_definitions", "train").texts()
         vocab_lib.train_sentencepiece(texts, 8000, vocab_path)
         print(f"[{time.time() - start:5.0f}s] built {vocab_path} from {len(texts):,} WordNet texts")
@@ -69,9 +70,8 @@ def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_lim
 
     # Evaluation: held-out example sentences against every definition.
     model = gin_utils.model()
-    checkpoints = os.path.join(model_dir, "checkpoints")
-    last = max(int(d) for d in os.listdir(checkpoints) if d.isdigit())
-    trained = restore_on_one_device(os.path.join(checkpoints, str(last), "state"))["params"]
+    last = max(inference.checkpoint_steps(model_dir))
+    trained = restore_on_one_device(paths.as_path(model_dir) / "checkpoints" / str(last) / "state")["params"]
     untrained = nn.unbox(init_params(model, jax.random.PRNGKey(0)))
     test = tasks.load("wordnet_definitions", "test")
     query_ids = _held_out_queries(test, eval_queries)
@@ -94,7 +94,7 @@ def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_lim
     print(f"{'system':34s} {'P@1':>7s} {'MRR':>7s} {'R@10':>7s}")
     for name, m in results.items():
         print(f"{name:34s} {m['P@1']:7.3f} {m['RR']:7.3f} {m['R@10']:7.3f}")
-    with open(os.path.join(model_dir, "eval.json"), "w") as f:
-        json.dump({"queries": len(queries), "corpus": len(corpus), "step": last, "results": results}, f, indent=2)
+    record = {"queries": len(queries), "corpus": len(corpus), "step": last, "results": results}
+    write_atomic(paths.join(model_dir, "eval.json"), json.dumps(record, indent=2))
     print(f"\ndone in {time.time() - start:.0f}s; results in {model_dir}/eval.json")
     return 0

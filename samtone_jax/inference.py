@@ -15,10 +15,12 @@ when the run named none.
 
 from __future__ import annotations
 
-import os
+import json
 
 import numpy as np
 
+from samtone_jax import paths
+from samtone_jax.atomic_file import require_complete
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.evaluation.encode import TextEncoder
 
@@ -63,32 +65,44 @@ class Encoder:
                 f"doc_length={self.doc_length}, source={self.source!r})")  # fmt: skip
 
 
-def checkpoint_steps(model_dir: str) -> list[int]:
-    """The steps saved under MODEL_DIR/checkpoints, ascending."""
-    directory = os.path.join(model_dir, "checkpoints")
-    return sorted(int(d) for d in os.listdir(directory) if d.isdigit()) if os.path.isdir(directory) else []
+def checkpoint_steps(model_dir) -> list[int]:
+    """The complete steps saved under MODEL_DIR/checkpoints (local or gs://), ascending. Locally
+    orbax renames a finished step into place; on gs:// it writes the step in place and its
+    commit_success.txt last, so a step without one is still being written (or was cut off)."""
+    directory = paths.as_path(model_dir) / "checkpoints"
+    if not directory.is_dir():
+        return []
+    steps = [d for d in directory.iterdir() if d.name.isdigit()]
+    if paths.is_remote(directory):
+        steps = [d for d in steps if (d / "commit_success.txt").exists()]
+    return sorted(int(d.name) for d in steps)
 
 
 def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
-    """(kind 'train' | 'params', the directory holding the gin config, step) for `path`."""
-    path = os.path.abspath(path)
-    if not os.path.isdir(path):
+    """(kind 'train' | 'params' | 'export', the directory holding the gin config, step) for `path`
+    (local or gs://). A parameter checkpoint or export must carry its commit marker."""
+    path = paths.as_path(path)
+    if not path.is_dir():
         raise FileNotFoundError(f"{path} does not exist (expected a MODEL_DIR or a checkpoint directory)")
-    if os.path.isdir(os.path.join(path, "state")) and os.path.basename(path).isdigit():  # MODEL_DIR/checkpoints/N
-        if step is not None and step != int(os.path.basename(path)):
-            raise ValueError(f"{path} is the checkpoint of step {os.path.basename(path)}, not step {step}")
-        return "train", os.path.dirname(os.path.dirname(path)), int(os.path.basename(path))
-    if os.path.isdir(os.path.join(path, "checkpoints")):
+    if (path / "state").is_dir() and path.name.isdigit():  # MODEL_DIR/checkpoints/N
+        if step is not None and step != int(path.name):
+            raise ValueError(f"{path} is the checkpoint of step {path.name}, not step {step}")
+        if paths.is_remote(path) and not (path / "commit_success.txt").exists():
+            raise FileNotFoundError(f"{path} is an incomplete checkpoint (no commit_success.txt): use an earlier step")
+        return "train", str(path.parent.parent), int(path.name)
+    if (path / "checkpoints").is_dir():
         steps = checkpoint_steps(path)
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {path}/checkpoints: train first (samtone train)")
         if step is not None and step not in steps:
             raise FileNotFoundError(f"no checkpoint for step {step} in {path}/checkpoints; available: {steps}")
-        return "train", path, steps[-1] if step is None else step
-    if os.path.isdir(os.path.join(path, "params")):
-        return "params", path, None
-    if os.path.exists(os.path.join(path, EXPORT_JSON)):
-        return "export", path, None
+        return "train", str(path), steps[-1] if step is None else step
+    if (path / "params").is_dir():
+        require_complete(path, "parameter checkpoint")
+        return "params", str(path), None
+    if (path / EXPORT_JSON).exists():
+        require_complete(path, "export")
+        return "export", str(path), None
     raise FileNotFoundError(
         f"{path} is not a samtone checkpoint: expected a MODEL_DIR (checkpoints/), a step directory "
         "(checkpoints/<step>/state), a parameter checkpoint (params/ + model.gin) or a `samtone export` folder"
@@ -98,14 +112,14 @@ def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
 def _vocabulary_path(directory: str, explicit: str | None, settings: dict) -> str | None:
     if explicit:
         return explicit
-    local = os.path.join(directory, VOCAB_FILE)
-    if os.path.exists(local):
-        return local
+    local = paths.as_path(directory) / VOCAB_FILE
+    if local.exists():
+        return str(local)
     named = settings.get("train.vocabulary")
-    if named and "://" not in named and not os.path.exists(named):
+    if named and not paths.as_path(named).exists():
         raise FileNotFoundError(
             f"the vocabulary of {directory} was not found: looked for {local} and for train.vocabulary={named!r} "
-            f"(relative to {os.getcwd()}); pass vocabulary=PATH (CLI: --vocabulary)"
+            f"(as {paths.as_path(named)}); pass vocabulary=PATH (CLI: --vocabulary)"
         )
     return named  # None: T5's public vocabulary
 
@@ -121,24 +135,16 @@ def load(path: str, *, step: int | None = None, vocabulary: str | None = None, q
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
     kind, directory, step = resolve(path, step)
+    root = paths.as_path(directory)
     if kind == "train":
-        config = os.path.join(directory, "config.gin")
-        if not os.path.exists(config):
+        config = root / "config.gin"
+        if not config.exists():
             raise FileNotFoundError(f"{config} not found: {directory} has checkpoints but no gin config")
-        with open(config) as f:
-            text = f.read()
-        params = restore_on_one_device(os.path.join(directory, "checkpoints", str(step), "state"))["params"]
+        text = config.read_text()
+        params = restore_on_one_device(root / "checkpoints" / str(step) / "state")["params"]
     elif kind == "export":
-        import json
-
-        from samtone_jax.checkpoints import import_params
-
-        info = json.load(open(os.path.join(directory, EXPORT_JSON)))
-        model = gin_utils.model_from_gin_text(load_model_gin(directory))
-        params, _ = import_params("hf", directory, model)
-        vocab = vocab_lib.vocabulary(vocabulary or os.path.join(directory, info["vocabulary"]), info["extra_ids"])
-        return Encoder(model, params, vocab, query_length or info["query_length"], doc_length or info["doc_length"],
-                       batch_size, mesh, step=info["source"].get("step"), source=directory)  # fmt: skip
+        return load_export(directory, vocabulary=vocabulary, query_length=query_length, doc_length=doc_length,
+                           batch_size=batch_size, mesh=mesh)  # fmt: skip
     else:
         text = load_model_gin(directory)
         params = load_params(directory)
@@ -149,3 +155,20 @@ def load(path: str, *, step: int | None = None, vocabulary: str | None = None, q
     doc_length = doc_length or settings.get("train.doc_length", 128)
     return Encoder(model, params, vocab_lib.vocabulary(vocabulary), query_length, doc_length, batch_size, mesh,
                    step=step, source=directory)  # fmt: skip
+
+
+def load_export(directory: str, *, vocabulary: str | None = None, query_length: int | None = None,
+                doc_length: int | None = None, batch_size: int = 256, mesh=None) -> Encoder:  # fmt: skip
+    """An `Encoder` for a `samtone export` folder, complete or still being checked by the export
+    (`load` checks the commit marker first)."""
+    from samtone_jax import gin_utils
+    from samtone_jax.checkpoints import load_model_gin
+    from samtone_jax.checkpoints.importer import import_export
+
+    root = paths.as_path(directory)
+    info = json.loads((root / EXPORT_JSON).read_text())
+    model = gin_utils.model_from_gin_text(load_model_gin(directory))
+    params, _ = import_export(directory, model)
+    vocab = vocab_lib.vocabulary(vocabulary or str(root / info["vocabulary"]), info["extra_ids"])
+    return Encoder(model, params, vocab, query_length or info["query_length"], doc_length or info["doc_length"],
+                   batch_size, mesh, step=info["source"].get("step"), source=str(root))  # fmt: skip

@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
-import shutil
 import signal
 
 import flax.linen as nn
@@ -25,8 +23,8 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import gin_utils, grad_cache, partitioning
-from samtone_jax.atomic_file import atomic_open
+from samtone_jax import gin_utils, grad_cache, partitioning, paths
+from samtone_jax.atomic_file import write_atomic
 from samtone_jax.checkpoints import load_params
 from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
 from samtone_jax.encoding import encode_batch
@@ -157,7 +155,7 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings):
     if kind == "train":
         from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
-        params = restore_on_one_device(os.path.join(directory, "checkpoints", str(step), "state"))["params"]
+        params = restore_on_one_device(paths.as_path(directory) / "checkpoints" / str(step) / "state")["params"]
     else:
         from samtone_jax.checkpoints import import_params
 
@@ -172,20 +170,18 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings):
     return jax.device_put(params, shardings)
 
 
-def _keep_vocabulary(vocabulary: str | None, model_dir: str) -> None:
-    """Copy a local SentencePiece model to MODEL_DIR/vocab.model (atomically), so the run is
-    self-contained for `samtone_jax.load` and export. A gs:// vocabulary stays referenced by gin."""
-    target = os.path.join(model_dir, "vocab.model")
-    if not vocabulary or "://" in vocabulary or "://" in model_dir:
+def _keep_vocabulary(vocabulary: str | None, model_dir) -> None:
+    """Copy the SentencePiece model to MODEL_DIR/vocab.model (atomically; local or gs:// either
+    side), so the run is self-contained for `samtone_jax.load` and export. T5's public vocabulary
+    (no train.vocabulary) stays referenced by name."""
+    if not vocabulary:
         return
-    if not os.path.exists(vocabulary):
-        raise FileNotFoundError(
-            f"train.vocabulary={vocabulary!r} not found (relative to {os.getcwd()}): fix VOCABULARY"
-        )
-    if os.path.exists(target) and os.path.samefile(vocabulary, target):
+    source, target = paths.as_path(vocabulary), paths.as_path(model_dir) / "vocab.model"
+    if not source.exists():
+        raise FileNotFoundError(f"train.vocabulary={vocabulary!r} not found (as {source}): fix VOCABULARY")
+    if source == target:
         return
-    with open(vocabulary, "rb") as src, atomic_open(target) as dst:
-        shutil.copyfileobj(src, dst)
+    write_atomic(target, source.read_bytes())
 
 
 def _install_sigterm_flag():
@@ -261,15 +257,13 @@ def train(
             f"BATCH_SIZE={batch_size} must be divisible by the {mesh.shape['data']} data-parallel devices "
             f"of the {hosts} host(s)"
         )
-    if "://" not in model_dir:  # orbax needs absolute local paths
-        model_dir = os.path.abspath(model_dir)
-    os.makedirs(model_dir, exist_ok=True)
+    paths.check_bucket(model_dir, "train.model_dir")
+    model_dir = paths.as_path(model_dir)  # local: absolute (orbax needs it); gs://: as given
     if host == 0:
-        with open(os.path.join(model_dir, "config.gin"), "w") as f:
-            f.write(gin.config_str())
+        write_atomic(model_dir / "config.gin", gin.config_str())
         _keep_vocabulary(vocabulary, model_dir)
 
-    checkpointer = TrainCheckpointer(os.path.join(model_dir, "checkpoints"), checkpoint_every, keep_checkpoints)
+    checkpointer = TrainCheckpointer(model_dir / "checkpoints", checkpoint_every, keep_checkpoints)
     state = initial_state(model, tx, mesh, seed, init_checkpoint if checkpointer.latest_step() is None else None)
     state, start = checkpointer.restore_latest(state)
     if start:
@@ -319,8 +313,7 @@ def train(
             checkpointer.save(train_steps, state, force=True)
         metrics = progress.last
         if host == 0:  # what the run actually used, as T5X writes it
-            with open(os.path.join(model_dir, "operative_config.gin"), "w") as f:
-                f.write(gin.operative_config_str())
+            write_atomic(model_dir / "operative_config.gin", gin.operative_config_str())
     finally:
         checkpointer.close()
         progress.close()

@@ -1,5 +1,5 @@
-"""Training metrics: TensorBoard events (clu metric writers), a console progress line, and the
-non-finite-loss stop.
+"""Training metrics: TensorBoard events (event_writer.py, through the path layer: MODEL_DIR/train
+and MODEL_DIR/eval, written by process 0), a console progress line, and the non-finite-loss stop.
 
 Per-step metrics stay on device and are fetched every `log_every` steps, so logging does not
 synchronise the host with every step; the non-finite check therefore names a step *range*.
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
 import time
 
 import jax
 import numpy as np
-from clu import metric_writers
+
+from samtone_jax import paths
+from samtone_jax.event_writer import EventWriter
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +26,10 @@ class NonFiniteLossError(FloatingPointError):
 
 class ProgressLogger:
     def __init__(self, model_dir: str, total_steps: int, global_batch: int, log_every: int, checkpointer):
-        only_log = jax.process_index() > 0  # one writer of summaries
-        self.train_writer = metric_writers.create_default_writer(
-            os.path.join(model_dir, "train"), just_logging=only_log
-        )
-        self.eval_writer = metric_writers.create_default_writer(os.path.join(model_dir, "eval"), just_logging=only_log)
+        writes = jax.process_index() == 0  # one writer of summaries
+        model_dir = paths.as_path(model_dir)
+        self.train_writer = EventWriter(model_dir / "train") if writes else None
+        self.eval_writer = EventWriter(model_dir / "eval") if writes else None
         self.total, self.batch, self.every = total_steps, global_batch, max(log_every, 1)
         self.checkpointer = checkpointer
         self.pending: list[tuple[int, dict]] = []
@@ -61,7 +61,9 @@ class ProgressLogger:
         rate = steps_done * self.batch / max(now - self.last_time, 1e-9)
         self.last_step, self.last_time = step, now
         mean["examples_per_second"] = rate
-        self.train_writer.write_scalars(step, mean)
+        if self.train_writer:
+            self.train_writer.write_scalars(step, mean)
+            self.train_writer.flush()
         eta = datetime.timedelta(seconds=int((self.total - step) * self.batch / max(rate, 1e-9)))
         print(
             f"step {step}/{self.total} | loss {mean['loss']:.4f} | acc {mean['accuracy']:.3f} | "
@@ -71,7 +73,9 @@ class ProgressLogger:
         self.last = mean
 
     def write_eval(self, step: int, metrics: dict) -> None:
-        self.eval_writer.write_scalars(step, {f"eval/{k}": v for k, v in metrics.items()})
+        if self.eval_writer:
+            self.eval_writer.write_scalars(step, {f"eval/{k}": v for k, v in metrics.items()})
+            self.eval_writer.flush()
         shown = [k for k in ("loss", "accuracy") if k in metrics] + sorted(
             k for k in metrics if k.startswith("retrieval/")
         )
@@ -81,5 +85,6 @@ class ProgressLogger:
         try:
             self.flush()
         finally:
-            self.train_writer.close()
-            self.eval_writer.close()
+            for writer in (self.train_writer, self.eval_writer):
+                if writer:
+                    writer.close()

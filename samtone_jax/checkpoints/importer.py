@@ -7,13 +7,13 @@ else it is freshly initialised from `seed`.
 
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from samtone_jax import paths
+from samtone_jax.atomic_file import require_complete
 from samtone_jax.checkpoints import hf, mtf, t5x
 from samtone_jax.checkpoints.source import CheckpointMismatchError, report_unused, tower_from_source
 from samtone_jax.models import DualEncoder, init_params
@@ -42,13 +42,15 @@ def _projection(source, model: DualEncoder, expected, seed: int) -> np.ndarray:
     return np.asarray(nn.unbox(init)["params"]["kernel"])
 
 
-def _import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
-    """Parameters from a `samtone export` folder (its samtone.json says where each part is)."""
+def import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
+    """Parameters from a `samtone export` folder (its samtone.json says where each part is); the
+    caller has checked that the folder is complete (import_params does)."""
     import json
 
     from safetensors import safe_open
 
-    info = json.load(open(os.path.join(src, EXPORT_JSON)))
+    src = paths.local_copy(src)  # a gs:// export is read from a local copy (safetensors reads local files)
+    info = json.loads((paths.as_path(src) / EXPORT_JSON).read_text())
     if info["architecture"] != model.architecture:
         raise CheckpointMismatchError(
             f"{src} holds an {info['architecture']} model but the gin config builds {model.architecture}: include "
@@ -57,7 +59,7 @@ def _import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
     abstract = abstract_params(model)
     towers, kernels, used_total = {}, {}, 0
     for side in ("query", "document"):
-        folder = os.path.normpath(os.path.join(src, info["towers"][side]))
+        folder = str(paths.as_path(paths.as_path(src) / info["towers"][side]))  # normalised
         source = hf.open_source(folder, model.config)
         towers[side], used = tower_from_source(
             source, abstract["encoder" if model.architecture == "sde" else f"{side}_encoder"]
@@ -65,7 +67,7 @@ def _import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
         report_unused(source, used)
         used_total += len(used) + 1
         where = info["projections"][side]
-        with safe_open(os.path.join(src, where["file"]), framework="numpy") as f:
+        with safe_open(str(paths.as_path(src) / where["file"]), framework="numpy") as f:
             kernels[side] = np.array(f.get_tensor(where["tensor"]).T)  # stored [P, D] as torch's Linear
     if model.architecture == "sde":
         params = {"encoder": towers["query"], "projection": {"kernel": kernels["query"]}}
@@ -98,8 +100,9 @@ def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tupl
     """
     if fmt not in FORMATS:
         raise ValueError(f"--format={fmt!r}: must be one of {sorted(FORMATS)}")
-    if fmt == "hf" and os.path.exists(os.path.join(src, EXPORT_JSON)):
-        return _import_export(src, model)
+    if fmt == "hf" and (paths.as_path(src) / EXPORT_JSON).exists():
+        require_complete(src, "export")
+        return import_export(src, model)
     source = FORMATS[fmt](src, model.config)
     abstract = abstract_params(model)
     tower_key = "encoder" if model.architecture == "sde" else "query_encoder"

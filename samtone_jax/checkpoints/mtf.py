@@ -4,12 +4,18 @@ Variables are named `encoder/block_000/layer_000/SelfAttention/q` ..., kernels s
 the shared relative-position bias lives in block 0 only (`relative_attention_type='bias_shared'`).
 Norms are `rms_norm/scale` in T5.1.1 checkpoints and `layer_norm/scale` in older ones. Adafactor
 slot variables (`*_slot_v`, `*_slot_vc`, `*_slot_vr`) and the decoder are ignored.
+
+TensorFlow's reader opens gs:// only through TensorFlow's own GCS client, so a gs:// checkpoint's
+files (the prefix's `.index` and `.data-*` shards) are first copied to local disk through the path
+layer; only that step is read, never the folder's other checkpoints.
 """
 
 from __future__ import annotations
 
 import re
+import tempfile
 
+from samtone_jax import paths
 from samtone_jax.checkpoints.source import Source
 
 _SLOT = re.compile(r"_slot_v[rc]?$")
@@ -38,9 +44,33 @@ def _locate(path):
     return [f"{block}/layer_001/DenseReluDense/{path[2]}/kernel"], False
 
 
+def _local_prefix(path: str) -> str:
+    """The TF checkpoint prefix to read: `path` itself when local, else a local copy of its files."""
+    prefix = paths.as_path(path)
+    if not paths.is_remote(prefix):
+        return str(prefix)
+    if prefix.is_dir():  # a model dir: its `checkpoint` file names the latest prefix
+        state = prefix / "checkpoint"
+        found = re.search(r'model_checkpoint_path:\s*"([^"]+)"', state.read_text()) if state.exists() else None
+        if not found:
+            raise FileNotFoundError(f"{path}: no `checkpoint` file naming a model_checkpoint_path; pass the prefix")
+        prefix = prefix / found.group(1)
+    if prefix.name.endswith(".index"):
+        prefix = prefix.parent / prefix.name[: -len(".index")]
+    files = [f for f in prefix.parent.glob(prefix.name + ".*")
+             if f.name == prefix.name + ".index" or f.name.startswith(prefix.name + ".data-")]  # fmt: skip
+    if not files:
+        raise FileNotFoundError(f"{path}: no {prefix.name}.index / .data-* files in {prefix.parent}")
+    local = tempfile.mkdtemp(prefix="samtone_jax-mtf-")
+    for f in files:
+        paths.download(f, local)
+    return str(paths.as_path(local) / prefix.name)
+
+
 def open_source(path: str, config=None) -> Source:
     import tensorflow as tf
 
+    path = _local_prefix(path)
     try:
         reader = tf.train.load_checkpoint(path)
     except (ValueError, tf.errors.NotFoundError) as e:

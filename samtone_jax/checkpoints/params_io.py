@@ -7,20 +7,20 @@ Layout of a parameter checkpoint directory (what `import-checkpoint` writes and 
   DIR/model.gin   the gin bindings that rebuild the DualEncoder (T5Config.*, DualEncoder.*)
   DIR/info.json   where it came from (format, source path, unused source variables)
 
-Everything is written under a temporary sibling and renamed into place, so a killed job leaves
-either the complete directory or nothing (a stale `DIR.tmp-*` at most).
+Everything is written through `atomic_directory` (local or gs://): a killed job leaves either the
+complete directory, with its commit marker, or nothing a reader accepts.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from samtone_jax.atomic_file import atomic_directory
+from samtone_jax import paths
+from samtone_jax.atomic_file import atomic_directory, require_complete
 
 PARAMS_SUBDIR = "params"
 MODEL_GIN = "model.gin"
@@ -31,36 +31,34 @@ def save_params(directory: str, params, model_gin: str, info: dict | None = None
                 extra_files: dict[str, bytes] | None = None) -> str:  # fmt: skip
     """Write `params` (a pytree of arrays), `model_gin`, `info` and `extra_files` ({name: bytes},
     e.g. the vocabulary) to `directory` atomically."""
-    directory = os.path.abspath(directory)
+    directory = paths.as_path(directory)
     with atomic_directory(directory, overwrite) as tmp:
+        staging = paths.as_path(tmp)  # local
         checkpointer = ocp.StandardCheckpointer()
-        checkpointer.save(os.path.join(tmp, PARAMS_SUBDIR), jax.tree_util.tree_map(np.asarray, params))
+        checkpointer.save(staging / PARAMS_SUBDIR, jax.tree_util.tree_map(np.asarray, params))
         checkpointer.wait_until_finished()
-        with open(os.path.join(tmp, MODEL_GIN), "w") as f:
-            f.write(model_gin)
-        with open(os.path.join(tmp, INFO_JSON), "w") as f:
-            json.dump(info or {}, f, indent=2, sort_keys=True)
+        (staging / MODEL_GIN).write_text(model_gin)
+        (staging / INFO_JSON).write_text(json.dumps(info or {}, indent=2, sort_keys=True))
         for name, data in (extra_files or {}).items():
-            with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data)
-    return directory
+            (staging / name).write_bytes(data)
+    return str(directory)
 
 
 def load_params(directory: str, abstract_params=None):
     """Restore the parameter tree saved by `save_params` (numpy arrays unless `abstract_params`
     carries shardings, as `jax.ShapeDtypeStruct`s, to restore onto devices directly)."""
-    path = os.path.join(os.path.abspath(directory), PARAMS_SUBDIR)
-    if not os.path.isdir(path):
+    path = paths.as_path(directory) / PARAMS_SUBDIR
+    if not path.is_dir():
         raise FileNotFoundError(
             f"{path} not found: {directory} is not a parameter checkpoint (expected the output of "
             "`samtone import-checkpoint` or a saved run's params)"
         )
+    require_complete(directory, "parameter checkpoint")
     return ocp.StandardCheckpointer().restore(path, abstract_params)
 
 
-def load_model_gin(directory: str) -> str:
-    path = os.path.join(directory, MODEL_GIN)
-    if not os.path.exists(path):
+def load_model_gin(directory) -> str:
+    path = paths.as_path(directory) / MODEL_GIN
+    if not path.exists():
         raise FileNotFoundError(f"{path} not found: the checkpoint has no model gin config")
-    with open(path) as f:
-        return f.read()
+    return path.read_text()

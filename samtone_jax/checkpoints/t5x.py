@@ -2,17 +2,17 @@
 
 T5X writes small arrays inline in the msgpack tree and replaces large ones by a tensorstore
 spec (`{'driver': 'zarr', 'kvstore': {'path': <name relative to the checkpoint dir>}, ...}`);
-the single-file form (everything inline) is read by the same code. Local paths and `gs://`.
+the single-file form (everything inline) is read by the same code. Local paths and `gs://` (the
+msgpack file through the path layer, the arrays through tensorstore's `gcs` kvstore).
 t5x_retrieval dual-encoder checkpoints add `target/projection_layer/kernel`.
 """
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from flax import serialization
 
+from samtone_jax import paths
 from samtone_jax.checkpoints.source import Source
 
 
@@ -30,8 +30,8 @@ def _flatten(tree, prefix=""):
 
 
 def _kvstore(directory: str, relative: str) -> dict:
-    path = os.path.join(directory, relative)
-    if path.startswith("gs://"):
+    path = str(paths.as_path(directory) / relative)  # local: absolute, no `..` (tensorstore rejects it)
+    if paths.is_remote(path):
         bucket, _, key = path[len("gs://") :].partition("/")
         return {"driver": "gcs", "bucket": bucket, "path": key}
     return {"driver": "file", "path": path}
@@ -51,18 +51,16 @@ def _read_tensorstore(directory: str, spec: dict) -> np.ndarray:
 
 def read_tree(path: str) -> tuple[str, dict[str, object]]:
     """(checkpoint directory, {'target/encoder/...': ndarray or tensorstore spec}) of a T5X checkpoint."""
-    import tensorflow as tf
-
-    file = os.path.join(path, "checkpoint") if tf.io.gfile.isdir(path) else path
-    if not tf.io.gfile.exists(file):
+    path = paths.as_path(path)
+    file = path / "checkpoint" if path.is_dir() else path
+    if not file.exists():
         raise FileNotFoundError(
             f"{file} not found: expected a T5X checkpoint directory (checkpoint_N/ with a msgpack "
             "`checkpoint` file) or a single-file msgpack checkpoint"
         )
-    with tf.io.gfile.GFile(file, "rb") as f:
-        tree = serialization.msgpack_restore(f.read())
+    tree = serialization.msgpack_restore(file.read_bytes())
     root = tree.get("optimizer", tree)  # {'optimizer': {'target': ..., 'state': ...}, 'version': n}
-    return os.path.dirname(file), dict(_flatten(root))
+    return str(file.parent), dict(_flatten(root))
 
 
 def open_source(path: str, config=None) -> Source:

@@ -12,17 +12,18 @@ replays to it (samtone_jax/data/pipeline.py). All processes must call save/resto
 from __future__ import annotations
 
 import logging
-import os
 
 import jax
 import orbax.checkpoint as ocp
+
+from samtone_jax import paths
 
 log = logging.getLogger(__name__)
 
 
 class TrainCheckpointer:
-    def __init__(self, directory: str, every: int, keep: int):
-        self.directory, self.every = directory, max(every, 1)
+    def __init__(self, directory, every: int, keep: int):
+        self.directory, self.every = paths.as_path(directory), max(every, 1)
         options = ocp.CheckpointManagerOptions(
             save_interval_steps=max(every, 1), max_to_keep=keep, enable_async_checkpointing=True, create=True
         )
@@ -68,11 +69,10 @@ class TrainCheckpointer:
         self.manager.close()
 
 
-def restore_on_one_device(path: str, item: str | None = None):
-    """A saved tree (e.g. MODEL_DIR/checkpoints/<step>/state) restored whole onto this process's
-    first device, whatever topology saved it (for inspection, export and tests)."""
-    if "://" not in path:
-        path = os.path.abspath(path)
+def restore_on_one_device(path, item: str | None = None):
+    """A saved tree (e.g. MODEL_DIR/checkpoints/<step>/state, local or gs://) restored whole onto
+    this process's first device, whatever topology saved it (for inspection, export and tests)."""
+    path = paths.as_path(path)
     checkpointer = ocp.StandardCheckpointer()
     metadata = checkpointer.metadata(path)
     tree = getattr(metadata, "item_metadata", metadata)

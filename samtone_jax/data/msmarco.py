@@ -13,8 +13,7 @@ qrels/<split>.tsv with a header line 'query-id corpus-id score'.
 
 from __future__ import annotations
 
-import os
-
+from samtone_jax import paths
 from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.data.records import ReadStats, exists, read_jsonl, read_lines, read_tsv
 
@@ -47,12 +46,12 @@ def read_negatives(path: str, stats: ReadStats, skip_bad_records: bool = False) 
 
 def load_msmarco(directory: str, split: str, skip_bad_records: bool = False) -> RetrievalCollection:
     stats = ReadStats()
-    corpus = dict(read_tsv(os.path.join(directory, "collection.tsv"), 2, stats, skip_bad_records))
-    queries = dict(read_tsv(os.path.join(directory, f"queries.{split}.tsv"), 2, stats, skip_bad_records))
-    qrels = read_qrels(os.path.join(directory, f"qrels.{split}.tsv"), stats, skip_bad_records)
+    corpus = dict(read_tsv(paths.join(directory, "collection.tsv"), 2, stats, skip_bad_records))
+    queries = dict(read_tsv(paths.join(directory, f"queries.{split}.tsv"), 2, stats, skip_bad_records))
+    qrels = read_qrels(paths.join(directory, f"qrels.{split}.tsv"), stats, skip_bad_records)
     negatives = {}
     for name in (f"negatives.{split}.tsv", f"negatives.{split}.jsonl"):
-        path = os.path.join(directory, name)
+        path = paths.join(directory, name)
         if exists(path):
             negatives = read_negatives(path, stats, skip_bad_records)
             missing = sum(n not in corpus for ns in negatives.values() for n in ns)
@@ -65,12 +64,12 @@ def load_beir(directory: str, split: str, skip_bad_records: bool = False, name: 
     """A BEIR dataset; a document's text is 'title text' as BEIR's own evaluation encodes it."""
     stats = ReadStats()
     corpus = {}
-    for doc in read_jsonl(os.path.join(directory, "corpus.jsonl"), stats, skip_bad_records, require=("_id", "text")):
+    for doc in read_jsonl(paths.join(directory, "corpus.jsonl"), stats, skip_bad_records, require=("_id", "text")):
         title = (doc.get("title") or "").strip()
         corpus[str(doc["_id"])] = f"{title} {doc['text']}".strip() if title else doc["text"]
     queries = {
         str(q["_id"]): q["text"]
-        for q in read_jsonl(os.path.join(directory, "queries.jsonl"), stats, skip_bad_records, require=("_id", "text"))
+        for q in read_jsonl(paths.join(directory, "queries.jsonl"), stats, skip_bad_records, require=("_id", "text"))
     }
-    qrels = read_qrels(os.path.join(directory, "qrels", f"{split}.tsv"), stats, skip_bad_records, header=True)
+    qrels = read_qrels(paths.join(directory, "qrels", f"{split}.tsv"), stats, skip_bad_records, header=True)
     return RetrievalCollection(name, queries, corpus, qrels, stats=stats).drop_empty()

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 
+from samtone_jax import paths
 from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.data.records import BadRecordError, ReadStats, open_text, read_jsonl
 
@@ -114,8 +114,8 @@ def official_paths(data_dir: str, suffix: str, split: str) -> tuple[str, str]:
     else:
         mrqa, annotations = "dev", ("dev" if has_train else "test")
     return (
-        os.path.join(data_dir, "mrqa", mrqa, f"{dataset}.jsonl.gz"),
-        os.path.join(data_dir, "multireqa", "data", annotations, dataset, "candidates.json.gz"),
+        paths.join(data_dir, "mrqa", mrqa, f"{dataset}.jsonl.gz"),
+        paths.join(data_dir, "multireqa", "data", annotations, dataset, "candidates.json.gz"),
     )
 
 
@@ -156,10 +156,10 @@ def load_squad_dev(directory: str, squad_dev_json: str, split: str, skip_bad_rec
     stats = ReadStats()
     corpus, queries, qrels, question_paragraph = {}, {}, {}, {}
     if not paragraphs:
-        for c in read_jsonl(os.path.join(directory, "candidates.jsonl"), stats, skip_bad_records,
+        for c in read_jsonl(paths.join(directory, "candidates.jsonl"), stats, skip_bad_records,
                             require=("cid", "text")):  # fmt: skip
             corpus[c["cid"]] = c["text"]
-    questions = os.path.join(directory, "questions.jsonl")
+    questions = paths.join(directory, "questions.jsonl")
     for q in read_jsonl(questions, stats, skip_bad_records, require=("qid", "question", "gold", "context_idx")):
         queries[q["qid"]] = q["question"]
         question_paragraph[q["qid"]] = int(q["context_idx"])

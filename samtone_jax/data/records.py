@@ -2,8 +2,8 @@
 
 Every reader goes through `read_lines` / `read_jsonl`, so a malformed record always fails as
 `BadRecordError: <file>:<line>: <what>` — or, with `skip_bad_records=True`, is skipped and
-counted in `ReadStats`, which the task reports at the end. Local paths and `gs://` (tf.io.gfile);
-`.gz` files are decompressed on the fly.
+counted in `ReadStats`, which the task reports at the end. Local paths and `gs://` (the path
+layer); `.gz` files are decompressed on the fly.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import gzip
 import io
 import json
 import logging
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from samtone_jax import paths
 
 log = logging.getLogger(__name__)
 
@@ -37,27 +38,17 @@ class ReadStats(collections.Counter):
 @contextlib.contextmanager
 def open_text(path: str) -> Iterator[io.TextIOBase]:
     """A text stream over a local or gs:// file, gunzipped when it ends in .gz."""
-    if path.startswith("gs://"):
-        import tensorflow as tf
-
-        opener = lambda: tf.io.gfile.GFile(path, "rb")  # noqa: E731
-    else:
-        opener = lambda: open(path, "rb")  # noqa: E731
     try:
-        raw = opener()
+        raw = paths.as_path(path).open("rb")
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{path} not found (check DATA_DIR / $SAMTONE_DATA_DIR)") from e
     with raw:
-        stream = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
+        stream = gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
         yield io.TextIOWrapper(stream, encoding="utf-8")
 
 
 def exists(path: str) -> bool:
-    if path.startswith("gs://"):
-        import tensorflow as tf
-
-        return tf.io.gfile.exists(path)
-    return os.path.exists(path)
+    return paths.as_path(path).exists()
 
 
 def read_lines(

@@ -8,21 +8,61 @@ given input, ids as T5 (pad 0, eos 1, unk 2), written to a temporary file and re
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Iterable
+
+from samtone_jax import paths
 
 DEFAULT_VOCAB_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
 DEFAULT_EXTRA_IDS = 100
 
 
 def vocabulary(path: str | None = None, extra_ids: int | None = None):
-    """A seqio.SentencePieceVocabulary (loaded lazily, on first use)."""
-    import seqio
-
+    """A seqio.SentencePieceVocabulary (loaded lazily, on first use), local or gs://."""
     path = path or DEFAULT_VOCAB_PATH
     if extra_ids is None:
         extra_ids = DEFAULT_EXTRA_IDS if path == DEFAULT_VOCAB_PATH else 0
-    return seqio.SentencePieceVocabulary(path, extra_ids=extra_ids)
+    return _vocabulary_class()(path, extra_ids=extra_ids)
+
+
+@functools.cache
+def _vocabulary_class():
+    import seqio
+
+    class SentencePieceVocabulary(seqio.SentencePieceVocabulary):
+        """seqio's vocabulary, reading a gs:// model through the path layer: seqio opens the file
+        with TensorFlow's own file system, which reaches gs:// only through TensorFlow's GCS client.
+        The model is loaded (once, lazily, as seqio does) from a local copy named by its content
+        (one per host, never shared); the vocabulary keeps its gs:// name."""
+
+        def _model_context(self):
+            name = self._sentencepiece_model_file
+            if self._model or not paths.is_remote(name):
+                return super()._model_context()
+            self._sentencepiece_model_file = _local_model_file(name)
+            try:
+                return super()._model_context()
+            finally:
+                self._sentencepiece_model_file = name
+
+    return SentencePieceVocabulary
+
+
+def _local_model_file(path: str) -> str:
+    import hashlib
+    import tempfile
+
+    from samtone_jax.atomic_file import write_atomic
+
+    try:
+        data = paths.as_path(path).read_bytes()
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"vocabulary {path} not found: check VOCABULARY / --vocabulary") from e
+    local = paths.as_path(tempfile.gettempdir()) / "samtone_jax-vocab" / f"{hashlib.sha1(data).hexdigest()}.model"
+    if not local.exists():
+        write_atomic(local, data)
+    return str(local)
 
 
 def train_sentencepiece(texts: Iterable[str], vocab_size: int, out: str | None = None, max_sentences: int = 1_000_000):

@@ -12,9 +12,9 @@ examples gives several queries for the same document (duplicates that ids mask).
 
 from __future__ import annotations
 
-import os
 import re
 
+from samtone_jax import paths
 from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.data.records import ReadStats, read_lines
 
@@ -62,8 +62,8 @@ def read_synsets(directory: str = DEFAULT_DIR, stats: ReadStats | None = None, s
     """Every synset of the four data files, in file order."""
     stats = ReadStats() if stats is None else stats
     for pos in FILES:
-        path = os.path.join(directory, f"data.{pos}")
-        if not os.path.exists(path):
+        path = paths.join(directory, f"data.{pos}")
+        if not paths.as_path(path).exists():
             raise FileNotFoundError(
                 f"{path} not found: install Debian's wordnet-base (apt-get install wordnet-base) "
                 "or set WORDNET_DIR to a folder with data.noun, data.verb, data.adj, data.adv"

@@ -5,22 +5,22 @@
 
 Shard i belongs to process i mod process_count, so every host of a pod encodes its own share
 with its local devices (no cross-host traffic). Each shard is written to a temporary file and
-renamed: a shard file that exists is complete. A rerun with the same manifest skips finished
-shards; a rerun over a different model, text set or shard size refuses to mix them.
+renamed (on gs://, uploaded whole: see atomic_file.py): a shard file that exists is complete. A
+rerun with the same manifest skips finished shards; a rerun over a different model, text set or
+shard size refuses to mix them.
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable
 
 import numpy as np
 
+from samtone_jax import paths
 from samtone_jax.atomic_file import atomic_open, write_atomic
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 
 
-def _shard_path(out_dir: str, index: int, count: int) -> str:
-    return os.path.join(out_dir, f"shard-{index:05d}-of-{count:05d}.npz")
+def _shard_path(out_dir, index: int, count: int):
+    return paths.as_path(out_dir) / f"shard-{index:05d}-of-{count:05d}.npz"
 
 
 def _manifest(ids: list[str], texts: list[str], shard_size: int, fingerprint: dict) -> dict:
@@ -66,12 +66,10 @@ def encode_to_shards(
         raise ValueError(f"{len(ids)} ids but {len(texts)} texts")
     if shard_size < 1:
         raise ValueError(f"shard_size must be positive, got {shard_size}")
-    os.makedirs(out_dir, exist_ok=True)
     manifest = _manifest(ids, texts, shard_size, fingerprint or {})
-    path = os.path.join(out_dir, MANIFEST)
-    if os.path.exists(path):
-        with open(path) as f:
-            previous = json.load(f)
+    path = paths.as_path(out_dir) / MANIFEST
+    if path.exists():
+        previous = json.loads(path.read_text())
         if previous != manifest:
             differ = sorted(k for k in manifest if previous.get(k) != manifest[k])
             raise ValueError(
@@ -82,7 +80,7 @@ def encode_to_shards(
         write_atomic(path, json.dumps(manifest, indent=2, sort_keys=True))
     count = manifest["shards"]
     mine = [i for i in range(count) if i % process_count == process_index]
-    todo = [i for i in mine if not os.path.exists(_shard_path(out_dir, i, count))]
+    todo = [i for i in mine if not _shard_path(out_dir, i, count).exists()]
     if len(todo) < len(mine):
         log.info("%s: %d of this process's %d shards already in %s", description, len(mine) - len(todo), len(mine),
                  out_dir)  # fmt: skip
@@ -102,26 +100,24 @@ def encode_to_shards(
 def load_shards(out_dir: str) -> tuple[list[str], np.ndarray]:
     """(ids, embeddings [N, P] float32) in the original order; FileNotFoundError naming the missing
     shards when an encoding is incomplete."""
-    path = os.path.join(out_dir, MANIFEST)
-    if not os.path.exists(path):
+    path = paths.as_path(out_dir) / MANIFEST
+    if not path.exists():
         raise FileNotFoundError(f"{path} not found: {out_dir} is not an embedding folder (samtone encode writes one)")
-    with open(path) as f:
-        manifest = json.load(f)
+    manifest = json.loads(path.read_text())
     count = manifest["shards"]
-    missing = [i for i in range(count) if not os.path.exists(_shard_path(out_dir, i, count))]
+    present = {p.name for p in paths.as_path(out_dir).glob("shard-*.npz")}  # one listing, not one request a shard
+    missing = [i for i in range(count) if _shard_path(out_dir, i, count).name not in present]
     if missing:
         raise FileNotFoundError(
             f"{out_dir}: {len(missing)} of {count} shards missing (first: {missing[:5]}); the encoding is "
             "incomplete: rerun the same command to finish it"
         )
-    stale = set(glob.glob(os.path.join(out_dir, "shard-*.npz"))) - {
-        _shard_path(out_dir, i, count) for i in range(count)
-    }
+    stale = present - {_shard_path(out_dir, i, count).name for i in range(count)}
     if stale:
         raise ValueError(f"{out_dir} has shard files of another shard layout: {sorted(stale)[:3]}")
     ids, parts = [], []
     for i in range(count):
-        with np.load(_shard_path(out_dir, i, count)) as shard:
+        with _shard_path(out_dir, i, count).open("rb") as f, np.load(f) as shard:
             ids.extend(shard["ids"].tolist())
             parts.append(shard["embeddings"])
     if len(ids) != manifest["rows"]:

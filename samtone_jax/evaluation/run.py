@@ -14,13 +14,12 @@ For BEIR tasks a document whose id equals the query id is dropped from the ranki
 from __future__ import annotations
 
 import json
-import os
-import shutil
 
 import gin
 import numpy as np
 
-from samtone_jax.atomic_file import atomic_open
+from samtone_jax import paths
+from samtone_jax.atomic_file import atomic_open, write_atomic
 from samtone_jax.evaluation import metrics, search
 from samtone_jax.evaluation.embedding_store import encode_to_shards, load_shards
 
@@ -53,7 +52,7 @@ def dense_run(encoder, queries: dict[str, str], corpus: dict[str, str], *, k: in
               embeddings_dir: str | None = None) -> dict[str, dict[str, float]]:  # fmt: skip
     """{query id: {doc id: score}} of the top-k documents for every query (`encoder`: a
     samtone_jax.inference.Encoder)."""
-    join = (lambda name: os.path.join(embeddings_dir, name)) if embeddings_dir else (lambda name: None)
+    join = (lambda name: paths.join(embeddings_dir, name)) if embeddings_dir else (lambda name: None)
     query_ids, q = embed(encoder, queries, "query", join("queries"))
     doc_ids, d = embed(encoder, corpus, "document", join("documents"))
     scores, indices = search.top_k(q, d, k=k + int(exclude_self), backend=backend, mesh=mesh)
@@ -63,7 +62,7 @@ def dense_run(encoder, queries: dict[str, str], corpus: dict[str, str], *, k: in
     return run
 
 
-def write_trec(path: str, run: dict[str, dict[str, float]], tag: str) -> None:
+def write_trec(path, run: dict[str, dict[str, float]], tag: str) -> None:
     with atomic_open(path, "w") as f:
         for qid in sorted(run):
             ranked = sorted(run[qid].items(), key=lambda x: -x[1])
@@ -95,23 +94,21 @@ def evaluate(model_dir: str = gin.REQUIRED, task: str = gin.REQUIRED, split: str
                              doc_length=doc_length, mesh=mesh)  # fmt: skip
     collection = tasks.load(task, split)
     name = f"{task}_{split}_step{encoder.step}"
-    out = os.path.join(model_dir, "eval")
-    embeddings_dir = os.path.join(out, "embeddings", name)
+    out = paths.as_path(model_dir) / "eval"
+    embeddings_dir = str(out / "embeddings" / name)
     run = dense_run(encoder, collection.queries, collection.corpus, k=k, mesh=encoder.mesh,
                     exclude_self=task.startswith("beir_"), backend=backend, embeddings_dir=embeddings_dir)  # fmt: skip
     measures = metrics.measures_for_depth(k)
     results = metrics.evaluate(collection.qrels, run, measures)
     if jax.process_index() == 0:
-        os.makedirs(out, exist_ok=True)
-        write_trec(os.path.join(out, name + ".trec"), run, f"samtone_step{encoder.step}")
+        write_trec(out / f"{name}.trec", run, f"samtone_step{encoder.step}")
         record = {"task": task, "split": split, "step": encoder.step, "queries": len(run),
                   "corpus": len(collection.corpus), "k": k, "backend": backend, "metrics": results,
                   "trec": name + ".trec", "per_query": metrics.per_query(collection.qrels, run, measures)}  # fmt: skip
-        with atomic_open(os.path.join(out, name + ".json"), "w") as f:
-            json.dump(record, f, indent=1)
+        write_atomic(out / f"{name}.json", json.dumps(record, indent=1))
         print(f"{task}/{split} step {encoder.step}: {len(run):,} queries, {len(collection.corpus):,} documents "
               f"-> {out}/{name}.json")  # fmt: skip
         print(format_table(results))
         if not keep_embeddings:
-            shutil.rmtree(embeddings_dir, ignore_errors=True)
+            paths.as_path(embeddings_dir).rmtree(missing_ok=True)
     return results

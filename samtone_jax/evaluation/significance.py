@@ -9,9 +9,10 @@ for multiple comparisons is made: with many runs x measures, some p < 0.05 are e
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
+
+from samtone_jax import paths as path_layer
 
 # Random draws are made in (chunk x queries) blocks of about this many elements (32 MiB as float64),
 # so 10k queries x 10k trials never needs the full matrix.
@@ -89,13 +90,13 @@ TESTS = {"randomization": paired_randomization_test, "bootstrap": paired_bootstr
 
 def load_eval(path: str) -> dict:
     """One `samtone eval` JSON (with its "per_query" scores), with errors that name the file."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"eval file not found: {path}")
-    with open(path) as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON ({e}); expected a `samtone eval` result") from None
+    file = path_layer.as_path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"eval file not found: {file}")
+    try:
+        data = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); expected a `samtone eval` result") from None
     if not isinstance(data, dict) or not isinstance(data.get("per_query"), dict):
         raise ValueError(
             f"{path} has no per-query scores ('per_query'): it was written by an older samtone eval; "
@@ -104,11 +105,13 @@ def load_eval(path: str) -> dict:
     return data
 
 
-def short_labels(paths: list[str]) -> list[str]:
-    """The paths with their common leading folders removed (at least the file name is kept)."""
-    full = [os.path.abspath(p) for p in paths]
-    common = os.path.commonpath([os.path.dirname(p) for p in full])
-    return [os.path.relpath(p, common) for p in full]
+def short_labels(files: list[str]) -> list[str]:
+    """The paths (local or gs://) with their common leading folders removed (the file name is kept)."""
+    parts = [path_layer.as_str(f).split("/") for f in files]
+    common = 0
+    while all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
+        common += 1
+    return ["/".join(p[common:]) for p in parts]
 
 
 def _query_ids(measure: str, runs: list[dict], labels: list[str], baseline: int, allow_partial: bool) -> list[str]:

@@ -5,23 +5,22 @@
 
 Both also hold `samtone.json` (where each tower and projection is, the lengths), `model.gin`,
 `spiece.model` and a model card (README.md), so `samtone_jax.load(DST)` and
-`samtone import-checkpoint --format=hf --src=DST` read them back. Everything is built in a
-temporary sibling folder and checked before it is renamed to DST: the tokenizer against
-SentencePiece on probe texts, and the exported model's embeddings against ours (cosine ≥
-MIN_COSINE), so a wrong export is never left behind.
+`samtone import-checkpoint --format=hf --src=DST` read them back. Everything is built in a local
+staging folder and checked before it becomes DST (renamed, or uploaded to gs:// with the commit
+marker last; see atomic_file.py): the tokenizer against SentencePiece on probe texts, and the
+exported model's embeddings against ours (cosine ≥ MIN_COSINE), so a wrong export is never left
+behind.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 
 import numpy as np
 
-from samtone_jax import __version__
-from samtone_jax.atomic_file import atomic_directory, write_atomic
+from samtone_jax import __version__, paths
+from samtone_jax.atomic_file import atomic_directory
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +49,13 @@ def _write_hf(tmp, encoder, towers, kernels, tokenizer) -> dict:
     shared = encoder.architecture == "sde"
     dirs = {"query": ".", "document": "."} if shared else {"query": "query_encoder", "document": "document_encoder"}
     for side in ("query", "document") if not shared else ("query",):
-        write_t5_encoder(towers[side], encoder.model.config, os.path.join(tmp, dirs[side]))
+        write_t5_encoder(towers[side], encoder.model.config, str(paths.as_path(tmp) / dirs[side]))
     tokenizer.save_pretrained(tmp)
     one_projection = encoder.architecture in ("sde", "ade_spl")
     tensors = {"query": "linear.weight", "document": "linear.weight"} if one_projection else {
         "query": "query.linear.weight", "document": "document.linear.weight"}  # fmt: skip
     save_file({tensors[s]: np.ascontiguousarray(np.asarray(kernels[s], np.float32).T) for s in ("query", "document")},
-              os.path.join(tmp, "projection.safetensors"))  # fmt: skip
+              str(paths.as_path(tmp) / "projection.safetensors"))  # fmt: skip
     return {"towers": dirs,
             "projections": {s: {"file": "projection.safetensors", "tensor": tensors[s]} for s in tensors}}  # fmt: skip
 
@@ -65,37 +64,43 @@ def _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer) -> tu
     from samtone_jax.export import sentence_transformers as st
     from samtone_jax.export.hf_weights import write_t5_encoder
 
-    staging = os.path.join(tmp, ".towers")
+    staging = paths.as_path(tmp) / ".towers"
     sides = ("query",) if encoder.architecture == "sde" else ("query", "document")
     dirs = {}
     for side in sides:
-        dirs[side] = os.path.join(staging, side)
+        dirs[side] = str(staging / side)
         write_t5_encoder(towers[side], encoder.model.config, dirs[side])
         tokenizer.save_pretrained(dirs[side])
     dirs.setdefault("document", dirs["query"])
     model = st.build(encoder.architecture, dirs, kernels, encoder.query_length, encoder.doc_length)
     model.save(tmp)
-    shutil.rmtree(staging)
+    staging.rmtree()
     return _locate_st_weights(tmp, encoder.architecture), model
+
+
+def _relative(*parts: str) -> str:
+    """A path relative to the export folder ('' parts, the folder itself, dropped)."""
+    return "/".join(p for p in parts if p) or "."
 
 
 def _locate_st_weights(folder: str, architecture: str) -> dict:
     """Where sentence-transformers put each tower and Dense weight (read from its own config files)."""
-    modules = json.load(open(os.path.join(folder, "modules.json")))
+    root = paths.as_path(folder)
+    modules = json.loads((root / "modules.json").read_text())
     if architecture == "sde":
         transformer = next(m["path"] for m in modules if m["type"].endswith("Transformer"))
         dense = next(m["path"] for m in modules if m["type"].endswith("Dense"))
         towers = {"query": transformer or ".", "document": transformer or "."}
-        projections = {s: {"file": os.path.join(dense, "model.safetensors"), "tensor": "linear.weight"} for s in towers}
+        projections = {s: {"file": _relative(dense, "model.safetensors"), "tensor": "linear.weight"} for s in towers}
         return {"towers": towers, "projections": projections}
     router = next(m["path"] for m in modules if m["type"].endswith("Router"))
-    config = json.load(open(os.path.join(folder, router, "router_config.json")))
+    config = json.loads((root / router / "router_config.json").read_text())
     towers, projections = {}, {}
     for side in ("query", "document"):
         route = config["structure"][side]
-        towers[side] = os.path.join(router, next(m for m in route if config["types"][m].endswith("Transformer")))
-        dense = os.path.join(router, next(m for m in route if config["types"][m].endswith("Dense")))
-        projections[side] = {"file": os.path.join(dense, "model.safetensors"), "tensor": "linear.weight"}
+        towers[side] = _relative(router, next(m for m in route if config["types"][m].endswith("Transformer")))
+        dense = _relative(router, next(m for m in route if config["types"][m].endswith("Dense")))
+        projections[side] = {"file": _relative(dense, "model.safetensors"), "tensor": "linear.weight"}
     return {"towers": towers, "projections": projections}
 
 
@@ -123,8 +128,9 @@ def export(checkpoint: str, fmt: str, dst: str, *, step: int | None = None, voca
 
     if fmt not in FORMATS:
         raise ValueError(f"--format={fmt!r}: choose one of {FORMATS}")
-    dst = os.path.abspath(dst)
-    if os.path.exists(dst) and not overwrite:  # before the slow part
+    paths.check_bucket(dst, "--dst")
+    dst = paths.as_path(dst)
+    if dst.exists() and not overwrite:  # before the slow part
         raise FileExistsError(f"{dst} already exists; choose another --dst or pass --overwrite")
     hf_logging.disable_progress_bar()
     encoder = inference.load(checkpoint, step=step, vocabulary=vocabulary)
@@ -145,10 +151,11 @@ def export(checkpoint: str, fmt: str, dst: str, *, step: int | None = None, voca
                 "projection_dim": int(kernels["query"].shape[1]), "vocabulary": VOCAB_FILE,
                 "extra_ids": int(encoder.vocabulary.extra_ids), **layout,
                 "source": {"checkpoint": encoder.source, "step": encoder.step}}  # fmt: skip
-        write_atomic(os.path.join(tmp, VOCAB_FILE), encoder.vocabulary.sp_model)
-        write_atomic(os.path.join(tmp, "model.gin"), gin_utils.model_gin(encoder.model))
-        write_atomic(os.path.join(tmp, EXPORT_JSON), json.dumps(info, indent=2))
-        write_atomic(os.path.join(tmp, "README.md"), model_card(
+        staged = paths.as_path(tmp)  # local; becomes DST as a whole
+        (staged / VOCAB_FILE).write_bytes(encoder.vocabulary.sp_model)
+        (staged / "model.gin").write_text(gin_utils.model_gin(encoder.model))
+        (staged / EXPORT_JSON).write_text(json.dumps(info, indent=2))
+        (staged / "README.md").write_text(model_card(
             architecture=encoder.architecture, config=encoder.model.config, projection_dim=info["projection_dim"],
             fmt=fmt, query_length=encoder.query_length, doc_length=encoder.doc_length, run_dir=encoder.source,
             step=encoder.step))  # fmt: skip
@@ -160,8 +167,8 @@ def export(checkpoint: str, fmt: str, dst: str, *, step: int | None = None, voca
             reloaded = SentenceTransformer(tmp, device="cpu", local_files_only=True)
             info["min_cosine"] = _check_embeddings(encoder, reloaded.encode_query, reloaded.encode_document, texts)
         else:
-            reloaded = inference.load(tmp)
+            reloaded = inference.load_export(tmp)
             info["min_cosine"] = _check_embeddings(encoder, reloaded.encode_queries, reloaded.encode_documents, texts)
-        write_atomic(os.path.join(tmp, EXPORT_JSON), json.dumps(info, indent=2))
+        (staged / EXPORT_JSON).write_text(json.dumps(info, indent=2))
     log.info("exported %s (%s) to %s; min cosine to ours %.7f", checkpoint, fmt, dst, info["min_cosine"])
     return info

@@ -3,21 +3,21 @@ and how to load it, from the checkpoint's run directory (config.gin, eval/*.json
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import re
+
+from samtone_jax import paths
 
 _BINDING = re.compile(r"^([A-Za-z_][\w.]*)\s*=\s*(.+)$")
 
 
 def run_settings(run_dir: str) -> dict[str, str]:
     """{gin name: value} from MODEL_DIR/config.gin with %MACROs resolved (empty without one)."""
-    path = os.path.join(run_dir, "config.gin")
-    if not os.path.exists(path):
+    path = paths.as_path(run_dir) / "config.gin"
+    if not path.exists():
         return {}
     bindings = {}
-    for line in open(path):
+    for line in path.read_text().splitlines():
         m = _BINDING.match(line.strip())
         if m:
             bindings[m.group(1)] = m.group(2)
@@ -27,9 +27,10 @@ def run_settings(run_dir: str) -> dict[str, str]:
 def eval_results(run_dir: str) -> list[dict]:
     """The eval JSONs under MODEL_DIR/eval (newest step per task/split)."""
     latest = {}
-    for path in sorted(glob.glob(os.path.join(run_dir, "eval", "*.json"))):
+    folder = paths.as_path(run_dir) / "eval"
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
-            record = json.load(open(path))
+            record = json.loads(path.read_text())
             key = (record["task"], record["split"])
         except (ValueError, KeyError, TypeError):
             continue

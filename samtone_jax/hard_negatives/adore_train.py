@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 
 import gin
 import jax
@@ -25,7 +24,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import partitioning
+from samtone_jax import partitioning, paths
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.hard_negatives.adore import adore_loss_local
 from samtone_jax.models import DualEncoder, init_params
@@ -122,21 +121,22 @@ def train_adore(model_dir: str = gin.REQUIRED, init_checkpoint: str = gin.REQUIR
     devices = mesh.shape["data"]
     if batch_size % devices:
         raise ValueError(f"train_adore.batch_size={batch_size} must be divisible by the {devices} data devices")
-    model_dir = os.path.abspath(model_dir)
-    os.makedirs(model_dir, exist_ok=True)
+    paths.check_bucket(model_dir, "train_adore.model_dir")
+    model_dir = paths.as_path(model_dir)
     source = inference.load(init_checkpoint, mesh=partitioning.create_mesh(devices=jax.local_devices()))
     model = DualEncoder(config=source.model.config, architecture="ade",
                         projection_dim=int(source.encode_queries(["x"]).shape[1]))  # fmt: skip
-    write_atomic(os.path.join(model_dir, "vocab.model"), source.vocabulary.sp_model)
-    write_atomic(os.path.join(model_dir, "config.gin"), gin_utils.model_gin(model) + "\n".join([
-        f"train.query_length = {source.query_length}", f"train.doc_length = {source.doc_length}",
-        f"train.task = {task!r}", f"train.batch_size = {batch_size}", f"train.train_steps = {train_steps}",
-        f"# ADORE from {source.source} step {source.step}: k = {k}, metric_cut = {metric_cut}, τ = {temperature}",
-    ]) + "\n")  # fmt: skip
+    if jax.process_index() == 0:  # one writer of the shared files
+        write_atomic(model_dir / "vocab.model", source.vocabulary.sp_model)
+        write_atomic(model_dir / "config.gin", gin_utils.model_gin(model) + "\n".join([
+            f"train.query_length = {source.query_length}", f"train.doc_length = {source.doc_length}",
+            f"train.task = {task!r}", f"train.batch_size = {batch_size}", f"train.train_steps = {train_steps}",
+            f"# ADORE from {source.source} step {source.step}: k = {k}, metric_cut = {metric_cut}, τ = {temperature}",
+        ]) + "\n")  # fmt: skip
 
     collection = tasks.load(task, split)
     tokens, positives, doc_ids = _training_queries(collection, source.vocabulary, source.query_length, max_positives)
-    ids, embeddings = embed(source, collection.corpus, "document", os.path.join(model_dir, "index"))
+    ids, embeddings = embed(source, collection.corpus, "document", str(model_dir / "index"))
     assert ids == doc_ids
     stored, scale = quantize_index(embeddings, index_dtype)
     n = len(stored)
@@ -161,7 +161,7 @@ def train_adore(model_dir: str = gin.REQUIRED, init_checkpoint: str = gin.REQUIR
     state = {"step": jax.device_put(jnp.zeros((), jnp.int32), replicated), "params": params,
              "opt_state": partitioning.init_optimizer_state(tx, params, mesh),
              "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed)), replicated)}  # fmt: skip
-    checkpointer = TrainCheckpointer(os.path.join(model_dir, "checkpoints"), checkpoint_every, keep_checkpoints)
+    checkpointer = TrainCheckpointer(model_dir / "checkpoints", checkpoint_every, keep_checkpoints)
     state, start = checkpointer.restore_latest(state)
     adore_step = make_adore_step(model, tx, mesh, k=min(k, n), metric_cut=metric_cut, temperature=temperature, n=n,
                            chunk_size=chunk, has_scale=index_dtype == "int8")  # fmt: skip

@@ -24,6 +24,7 @@ import os
 
 import gin
 
+from samtone_jax import paths
 from samtone_jax.data import msmarco, multireqa, wordnet
 from samtone_jax.data.collection import RetrievalCollection
 
@@ -74,7 +75,7 @@ def _wordnet(split: str, skip_bad_records: bool = False) -> RetrievalCollection:
 def _squad_dev(split: str, skip_bad_records: bool = False, paragraphs: bool = False) -> RetrievalCollection:
     root = data_dir()
     return multireqa.load_squad_dev(
-        os.path.join(root, "multireqa_squad_dev"), os.path.join(root, "squad_v1.1", "dev-v1.1.json"), split,
+        paths.join(root, "multireqa_squad_dev"), paths.join(root, "squad_v1.1", "dev-v1.1.json"), split,
         skip_bad_records, paragraphs=paragraphs,
     )  # fmt: skip
 
@@ -85,11 +86,11 @@ def _multireqa(suffix: str, split: str, skip_bad_records: bool = False) -> Retri
 
 
 def _msmarco(split: str, skip_bad_records: bool = False) -> RetrievalCollection:
-    return msmarco.load_msmarco(os.path.join(data_dir(), "msmarco_passage"), split, skip_bad_records)
+    return msmarco.load_msmarco(paths.join(data_dir(), "msmarco_passage"), split, skip_bad_records)
 
 
 def _beir(name: str, split: str, skip_bad_records: bool = False) -> RetrievalCollection:
-    return msmarco.load_beir(os.path.join(data_dir(), "beir", name), split, skip_bad_records, name=f"beir_{name}")
+    return msmarco.load_beir(paths.join(data_dir(), "beir", name), split, skip_bad_records, name=f"beir_{name}")
 
 
 # name -> (loader(split, skip_bad_records), splits, trainable)

@@ -1,0 +1,83 @@
+"""TensorBoard event files written through the path layer, so a run's scalars land beside its
+checkpoints on gs:// as on local disk.
+
+TensorFlow's summary writer reaches GCS only through TensorFlow's own client (no endpoint
+override, so untestable offline, and a second storage stack beside gcsfs); an event file is just
+a format: TFRecord framing (length, masked CRC-32C of the length, the serialised `Event`, its
+masked CRC-32C) around tensorboard's own protos, which import without TensorFlow.
+
+An object store cannot append, so each flush rewrites the current file whole (atomically: see
+atomic_file.py); past `rotate_bytes` the writer starts the next file, and TensorBoard reads the
+files of a folder in name order. Scalars are written as TF2 `tf.summary.scalar` writes them
+(a float32 tensor with the scalars plugin's metadata).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import google_crc32c
+import numpy as np
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+from tensorboard.plugins.scalar import metadata as scalar_metadata
+
+from samtone_jax import paths
+from samtone_jax.atomic_file import write_atomic
+
+_MASK_DELTA = 0xA282EAD8
+
+
+def _masked_crc(data: bytes) -> bytes:
+    crc = google_crc32c.value(data)
+    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+
+
+def record(data: bytes) -> bytes:
+    """One TFRecord: the framing TensorBoard's reader checks."""
+    header = struct.pack("<Q", len(data))
+    return header + _masked_crc(header) + data + _masked_crc(data)
+
+
+class EventWriter:
+    """`write_scalars(step, {tag: value})`, `flush()`, `close()` into DIRECTORY/events.out.tfevents.*."""
+
+    def __init__(self, directory, rotate_bytes: int = 1 << 20):
+        self.directory = paths.as_path(directory)
+        self.rotate_bytes = rotate_bytes
+        self._index = 0
+        self._start_file()
+
+    def _start_file(self) -> None:
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{self._index:04d}.samtone"
+        self._index += 1
+        self.path = self.directory / name
+        version = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
+        self._data = bytearray(record(version.SerializeToString()))
+        self._dirty = True
+
+    def write_scalars(self, step: int, scalars: dict[str, float]) -> None:
+        meta = scalar_metadata.create_summary_metadata(display_name=None, description=None)
+        values = []
+        for tag, value in scalars.items():
+            tensor = tensor_pb2.TensorProto(
+                dtype=types_pb2.DT_FLOAT, tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+                float_val=[float(np.asarray(value, np.float32))],
+            )  # fmt: skip
+            values.append(summary_pb2.Summary.Value(tag=tag, tensor=tensor, metadata=meta))
+        event = event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=values))
+        self._data += record(event.SerializeToString())
+        self._dirty = True
+
+    def flush(self) -> None:
+        if not self._dirty:
+            return
+        write_atomic(self.path, bytes(self._data))
+        self._dirty = False
+        if len(self._data) > self.rotate_bytes:
+            self._start_file()
+            self._dirty = False  # the next file is written with its first scalars
+
+    def close(self) -> None:
+        self.flush()
