@@ -14,6 +14,7 @@ files of a folder in name order. Scalars are written as TF2 `tf.summary.scalar` 
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 import time
@@ -25,6 +26,8 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from samtone_jax import paths
 from samtone_jax.atomic_file import write_atomic
+
+log = logging.getLogger(__name__)
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -71,9 +74,16 @@ class EventWriter:
         self._dirty = True
 
     def flush(self) -> None:
+        """Write the current file whole. A failure (storage unreachable after the client's retries)
+        is a warning, not the end of the run: the events stay in memory for the next flush."""
         if not self._dirty:
             return
-        write_atomic(self.path, bytes(self._data))
+        try:
+            write_atomic(self.path, bytes(self._data))
+        except Exception as e:  # noqa: BLE001  TensorBoard is not worth a lost training run
+            log.warning("could not write TensorBoard events to %s (%s: %s); trying again at the next flush",
+                        self.path, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")  # fmt: skip
+            return
         self._dirty = False
         if len(self._data) > self.rotate_bytes:
             self._start_file()

@@ -207,13 +207,14 @@ class GCSEmulator:
         urllib.request.urlopen(request, timeout=10)
         return f"gs://{name}"
 
-    def upload(self, local: Path, url: str) -> str:
-        """Copy a local file or folder (recursively) to `url`; returns `url`."""
+    def upload(self, local: Path, url: str, skip: tuple[str, ...] = ()) -> str:
+        """Copy a local file or folder (recursively, but for the top-level names in `skip`) to
+        `url`; returns `url`."""
         import fsspec
 
         fs = fsspec.filesystem("gs")
         if local.is_dir():
-            files = [p for p in sorted(local.rglob("*")) if p.is_file()]
+            files = [p for p in sorted(local.rglob("*")) if p.is_file() and p.relative_to(local).parts[0] not in skip]
             fs.put([str(p) for p in files], [f"{url}/{p.relative_to(local).as_posix()}" for p in files])
         else:
             fs.put_file(str(local), url)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from samtone_jax import gin_utils, train
+from samtone_jax import gin_utils, paths, train
 from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
 # The step slowed down from outside, so a signal can land mid-run (test instrumentation only).
@@ -78,7 +78,7 @@ def _losses(text):
 
 
 def _params(model_dir, step):
-    return restore_on_one_device(os.path.join(model_dir, "checkpoints", str(step), "state"))["params"]
+    return restore_on_one_device(f"{model_dir}/checkpoints/{step}/state")["params"]
 
 
 def _wait_for(predicate, timeout=240):
@@ -89,15 +89,17 @@ def _wait_for(predicate, timeout=240):
         time.sleep(0.1)
 
 
-def test_resume_after_sigkill_gives_identical_losses_and_parameters(wordnet_fixture, tmp_path):
+def test_resume_after_sigkill_gives_identical_losses_and_parameters(wordnet_fixture, tmp_path, gcs):
+    """A run on local disk and the same run on gs:// (the emulator), SIGKILLed after checkpoint 3
+    and rerun: identical losses and bit-identical parameters; everything it wrote is in the bucket."""
     wn, vocab_path = wordnet_fixture
     env = _env(wn)
     straight = _losses(_run(_argv(tmp_path / "straight", vocab_path), env, tmp_path / "straight.log"))
     assert sorted(straight) == [1, 2, 3, 4, 5, 6]
 
-    killed_dir = tmp_path / "killed"
+    killed_dir = f"{gcs.bucket()}/killed"
     proc = _launch(_argv(killed_dir, vocab_path), env, tmp_path / "killed.log", slow=True)
-    _wait_for(lambda: os.path.isdir(killed_dir / "checkpoints" / "3" / "state"))
+    _wait_for(lambda: paths.as_path(f"{killed_dir}/checkpoints/3/commit_success.txt").exists())
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     first = _losses(open(tmp_path / "killed.log").read())
@@ -110,6 +112,16 @@ def test_resume_after_sigkill_gives_identical_losses_and_parameters(wordnet_fixt
     a, b = _params(tmp_path / "straight", 6), _params(killed_dir, 6)
     for x, y in zip(jax_leaves(a), jax_leaves(b), strict=True):
         np.testing.assert_array_equal(x, y)
+    written = {p.name for p in paths.as_path(killed_dir).iterdir()}
+    assert {"config.gin", "operative_config.gin", "vocab.model", "checkpoints", "train"} <= written
+    assert paths.as_path(f"{killed_dir}/vocab.model").read_bytes() == vocab_path.read_bytes()
+    # TensorBoard reads the events the resumed run wrote to the bucket (copied back here).
+    events = tmp_path / "events"
+    events.mkdir()
+    latest = sorted(paths.as_path(f"{killed_dir}/train").glob("events.out.tfevents.*"))[-1]
+    (events / latest.name).write_bytes(latest.read_bytes())
+    logged = _series(events, "loss")
+    np.testing.assert_allclose(logged, [resumed[s] for s in sorted(resumed)], rtol=1e-4)
 
 
 def jax_leaves(tree):
@@ -155,14 +167,17 @@ def _local(n, devices, argv, env, log_dir, timeout=300):
     return open(os.path.join(log_dir, "process_0.log")).read()
 
 
-def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_topologies(wordnet_fixture, tmp_path):
+def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_topologies(
+    wordnet_fixture, tmp_path, gcs
+):
     """launch/local.sh 2 × 2 devices = 1 × 4 (train and eval); a checkpoint saved on 2 processes × 2
-    devices resumes on 1 device, one saved on 1 × 4 resumes on 2 × 2, and both reach the same state."""
+    devices resumes on 1 device, one saved on 1 × 4 resumes on 2 × 2, and both reach the same state.
+    The two-process runs use a gs:// MODEL_DIR (the emulator), as on a pod: shared by the hosts."""
     import json
 
     wn, vocab_path = wordnet_fixture
     env = _env(wn)
-    single, multi = tmp_path / "single", tmp_path / "multi"
+    single, multi = tmp_path / "single", f"{gcs.bucket()}/multi"
     shards = ["--gin.train.data_shards=2"]  # the same global batches on 1 or 2 hosts (each reads its shard)
     _run(_argv(single, vocab_path, steps=3, extra=[*shards, "--num_cpu_devices=4"]), env, tmp_path / "single.log")
     text = _local(2, 2, _argv(multi, vocab_path, steps=3, extra=shards), env, tmp_path / "logs_multi")
@@ -181,7 +196,8 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
     flags = ["--gin.evaluate.task='wordnet_definitions'", "--gin.evaluate.split='all'", "--gin.evaluate.k=10"]
     _run(["eval", f"--gin.evaluate.model_dir='{single}'", "--num_cpu_devices=4", *flags], env, tmp_path / "e1.log")
     _local(2, 2, ["eval", f"--gin.evaluate.model_dir='{multi}'", *flags], env, tmp_path / "logs_eval")
-    results = [json.load(open(d / "eval" / "wordnet_definitions_all_step5.json"))["metrics"] for d in (single, multi)]
+    results = [json.loads(paths.as_path(f"{d}/eval/wordnet_definitions_all_step5.json").read_text())["metrics"]
+               for d in (single, multi)]  # fmt: skip
     assert results[0] == pytest.approx(results[1], abs=1e-6)
 
 
@@ -259,3 +275,36 @@ def _losses_and_acc(model_dir):
     """(loss, accuracy) per logged step, read back from the TensorBoard events."""
     train_dir = os.path.join(model_dir, "train")
     return list(zip(_series(train_dir, "loss"), _series(train_dir, "accuracy"), strict=True))
+
+
+def test_storage_lost_during_a_checkpoint_save_fails_clearly_and_a_rerun_resumes_exactly(wordnet_fixture, tmp_path):
+    """The bucket's server goes away after checkpoint 3 (its own emulator, stopped mid-run): the
+    save of step 6 fails with an error naming the step, the path and the last good checkpoint;
+    checkpoint 3 stays intact, and a rerun once the server is back resumes from it exactly."""
+    from conftest import GCSEmulator
+
+    wn, vocab_path = wordnet_fixture
+    emulator = GCSEmulator(tmp_path / "gcs_root")
+    emulator.start()
+    env = dict(_env(wn), STORAGE_EMULATOR_HOST=emulator.url, TENSORSTORE_GCS_HTTP_URL=emulator.url)
+    model_dir = f"{emulator.bucket()}/run"
+    try:
+        log_path = tmp_path / "lost.log"
+        proc = _launch(_argv(model_dir, vocab_path), env, log_path, slow=True)
+        _wait_for(lambda: "step 5/6" in open(log_path).read() or proc.poll() is not None)
+        emulator.stop()
+        start = time.time()
+        assert proc.wait(timeout=300) != 0
+        waited = time.time() - start
+        text = open(log_path).read()
+        first = _losses(text)
+        assert "checkpoint of step 6" in text and "last complete checkpoint: step 3" in text, text[-3000:]
+        emulator.start()
+        resumed_text = _run(_argv(model_dir, vocab_path), env, tmp_path / "resumed.log")
+        resumed = _losses(resumed_text)
+        assert "resumed from step 3" in resumed_text and sorted(resumed) == [4, 5, 6], resumed_text[-2000:]
+        for s in (4, 5):
+            assert resumed[s] == first[s]  # the same steps again, bit for bit
+        print(f"the failed save gave up after {waited:.0f} s")
+    finally:
+        emulator.stop()

@@ -21,9 +21,15 @@ from samtone_jax import paths
 log = logging.getLogger(__name__)
 
 
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint could not be written (storage unreachable, disk full, ...)."""
+
+
 class TrainCheckpointer:
     def __init__(self, directory, every: int, keep: int):
         self.directory, self.every = paths.as_path(directory), max(every, 1)
+        self._pending: int | None = None  # the step of an asynchronous save not yet known complete
+        self._failed = False
         options = ocp.CheckpointManagerOptions(
             save_interval_steps=max(every, 1), max_to_keep=keep, enable_async_checkpointing=True, create=True
         )
@@ -31,6 +37,24 @@ class TrainCheckpointer:
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
+
+    def _wait(self, step: int, complete: int | None) -> None:
+        """Wait for the save of `step`; its failure as one CheckpointSaveError naming the step, the
+        folder and the last complete checkpoint (the cause chained, printed once)."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:
+            raise self._error(step, complete, e) from e
+        self._pending = None
+
+    def _error(self, step: int, complete: int | None, e: Exception) -> CheckpointSaveError:
+        self._failed = True
+        cause = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        return CheckpointSaveError(
+            f"the checkpoint of step {step} in {self.directory} could not be written ({type(e).__name__}: "
+            f"{cause}); last complete checkpoint: step {complete}. Once the storage is reachable (or has "
+            "space) again, rerun the same command: it resumes from that checkpoint"
+        )
 
     def restore_latest(self, state):
         """(restored state, its step) onto `state`'s shardings, or (state, 0) without a checkpoint."""
@@ -56,17 +80,41 @@ class TrainCheckpointer:
         """Save (asynchronously) when `step` is a multiple of the interval. Decided here: orbax's
         own policy would also save the very first step it sees."""
         if step % self.every == 0:
-            self.manager.save(step, args=self._args(step, state))
+            if self._pending is not None:  # the previous save's failure surfaces here, named
+                self._wait(self._pending, self._complete_before(self._pending))
+            try:
+                self.manager.save(step, args=self._args(step, state))
+            except Exception as e:
+                raise self._error(step, self.manager.latest_step(), e) from e
+            self._pending = step
+
+    def _complete_before(self, step: int) -> int | None:
+        earlier = [s for s in self.manager.all_steps() if s < step]
+        return max(earlier) if earlier else None
 
     def save(self, step: int, state, force: bool = True) -> None:
+        if self._pending is not None:
+            self._wait(self._pending, self._complete_before(self._pending))
         if self.manager.latest_step() == step:
             return
-        self.manager.save(step, args=self._args(step, state), force=force)
-        self.manager.wait_until_finished()
+        complete = self.manager.latest_step()
+        try:
+            self.manager.save(step, args=self._args(step, state), force=force)
+        except Exception as e:
+            raise self._error(step, complete, e) from e
+        self._pending = step
+        self._wait(step, complete)
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            if self._pending is not None and not self._failed:
+                self._wait(self._pending, self._complete_before(self._pending))
+        finally:
+            try:
+                self.manager.close()
+            except Exception:
+                if not self._failed:  # after a reported failure, the same cause again is noise
+                    raise
 
 
 def restore_on_one_device(path, item: str | None = None):
