@@ -41,6 +41,7 @@ def _cmd_import_checkpoint(args, bindings) -> int:
     from samtone_jax import gin_utils, paths
     from samtone_jax.checkpoints import import_params, save_params
 
+    paths.check_bucket(args.dst, "--dst")
     src = paths.as_path(args.src)
     gin_files, gin_text = args.gin_file, None
     extra_bindings = []
@@ -128,6 +129,7 @@ def _cmd_encode(args, bindings) -> int:
 
     split, collection = _load_task(args)
     out = args.out or _default_embeddings_dir(args.checkpoint, args.task, split, args.step)
+    paths.check_bucket(out, "--out")
     encoder = inference.load(args.checkpoint, step=args.step, vocabulary=args.vocabulary,
                              query_length=args.query_length, doc_length=args.doc_length, batch_size=args.batch_size,
                              mesh=partitioning.create_mesh(devices=jax.local_devices()))  # fmt: skip
@@ -156,6 +158,7 @@ def _cmd_analyze(args, bindings) -> int:
     from samtone_jax import inference, partitioning, paths
     from samtone_jax.analysis import analyze
 
+    paths.check_bucket(args.out, "--out")
     names = args.name or [paths.as_path(c).name for c in args.checkpoint]
     if len(names) != len(args.checkpoint) or len(set(names)) != len(names):
         raise ValueError(f"--name must give one distinct name per --checkpoint; got {names} for {args.checkpoint}")
@@ -187,8 +190,10 @@ def _cmd_export(args, bindings) -> int:
 
 
 def _cmd_mine(args, bindings) -> int:
+    from samtone_jax import paths
     from samtone_jax.hard_negatives.mining import mine
 
+    paths.check_bucket(args.out, "--out")
     if bool(args.checkpoint) == args.bm25:
         raise ValueError("samtone mine needs exactly one of --checkpoint=MODEL (dense mining) or --bm25")
     split, collection = _load_task(args)
@@ -253,8 +258,10 @@ def _load_task(args):
 
 
 def _cmd_build_vocab(args, bindings) -> int:
+    from samtone_jax import paths
     from samtone_jax.data import vocab
 
+    paths.check_bucket(args.out, "--out")
     split, collection = _load_task(args)
     texts = collection.texts()  # id order: the same files give the same model
     data = vocab.train_sentencepiece(texts, args.vocab_size, args.out)

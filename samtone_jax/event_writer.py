@@ -46,10 +46,10 @@ def record(data: bytes) -> bytes:
 class EventWriter:
     """`write_scalars(step, {tag: value})`, `flush()`, `close()` into DIRECTORY/events.out.tfevents.*."""
 
-    def __init__(self, directory, rotate_bytes: int = 1 << 20):
+    def __init__(self, directory, rotate_bytes: int = 1 << 20, retry_after_s: float = 60.0):
         self.directory = paths.as_path(directory)
-        self.rotate_bytes = rotate_bytes
-        self._index = 0
+        self.rotate_bytes, self.retry_after_s = rotate_bytes, retry_after_s
+        self._index, self._failed_at = 0, None
         self._start_file()
 
     def _start_file(self) -> None:
@@ -58,7 +58,7 @@ class EventWriter:
         self.path = self.directory / name
         version = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
         self._data = bytearray(record(version.SerializeToString()))
-        self._dirty = True
+        self._dirty = False  # written with its first scalars: no file of a header alone
 
     def write_scalars(self, step: int, scalars: dict[str, float]) -> None:
         meta = scalar_metadata.create_summary_metadata(display_name=None, description=None)
@@ -75,19 +75,21 @@ class EventWriter:
 
     def flush(self) -> None:
         """Write the current file whole. A failure (storage unreachable after the client's retries)
-        is a warning, not the end of the run: the events stay in memory for the next flush."""
-        if not self._dirty:
+        is a warning, not the end of the run: the events stay in memory, and the next flush that
+        comes `retry_after_s` later tries again (so a storage outage does not stall every step)."""
+        if not self._dirty or (self._failed_at and time.monotonic() - self._failed_at < self.retry_after_s):
             return
         try:
             write_atomic(self.path, bytes(self._data))
         except Exception as e:  # noqa: BLE001  TensorBoard is not worth a lost training run
-            log.warning("could not write TensorBoard events to %s (%s: %s); trying again at the next flush",
-                        self.path, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")  # fmt: skip
+            self._failed_at = time.monotonic()
+            log.warning("could not write TensorBoard events to %s (%s: %s); trying again in %.0f s",
+                        self.path, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "",
+                        self.retry_after_s)  # fmt: skip
             return
-        self._dirty = False
+        self._dirty, self._failed_at = False, None
         if len(self._data) > self.rotate_bytes:
             self._start_file()
-            self._dirty = False  # the next file is written with its first scalars
 
     def close(self) -> None:
         self.flush()

@@ -109,14 +109,14 @@ def test_quantised_indexes_keep_most_of_the_top_10():
         assert recall >= floor, (dtype, recall)
 
 
-def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(trained_run, wordnet_data, monkeypatch,
-                                                                         tmp_path):  # fmt: skip
+def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(trained_run, wordnet_data, monkeypatch, gcs):
+    """... into a gs:// MODEL_DIR (the emulator): index shards, checkpoints and config in the bucket."""
     import samtone_jax
-    from samtone_jax import cli, gin_utils, tasks
+    from samtone_jax import cli, gin_utils, paths, tasks
     from samtone_jax.evaluation import search
 
     monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
-    model_dir = tmp_path / "adore"
+    model_dir = f"{gcs.bucket()}/adore"
     argv = ["train-adore", "--gin_file=runs/adore.gin", f"--gin.INIT='{trained_run}'",
             "--gin.TASK='wordnet_definitions'", f"--gin.MODEL_DIR='{model_dir}'", "--gin.TRAIN_STEPS=6",
             "--gin.BATCH_SIZE=8", "--gin.train_adore.split='all'", "--gin.train_adore.k=5",
@@ -124,6 +124,9 @@ def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(trained_
     assert cli.main(argv) == 0
     before, after = samtone_jax.load(str(trained_run)), samtone_jax.load(str(model_dir))
     assert after.architecture == "ade"
+    assert {"config.gin", "vocab.model", "checkpoints", "index", "train"} <= {
+        p.name for p in paths.as_path(model_dir).iterdir()
+    }
     collection = tasks.load("wordnet_definitions", "all")
     queries = [collection.queries[q] for q in sorted(collection.queries)]
     corpus = [collection.corpus[d] for d in sorted(collection.corpus)]

@@ -275,36 +275,3 @@ def _losses_and_acc(model_dir):
     """(loss, accuracy) per logged step, read back from the TensorBoard events."""
     train_dir = os.path.join(model_dir, "train")
     return list(zip(_series(train_dir, "loss"), _series(train_dir, "accuracy"), strict=True))
-
-
-def test_storage_lost_during_a_checkpoint_save_fails_clearly_and_a_rerun_resumes_exactly(wordnet_fixture, tmp_path):
-    """The bucket's server goes away after checkpoint 3 (its own emulator, stopped mid-run): the
-    save of step 6 fails with an error naming the step, the path and the last good checkpoint;
-    checkpoint 3 stays intact, and a rerun once the server is back resumes from it exactly."""
-    from conftest import GCSEmulator
-
-    wn, vocab_path = wordnet_fixture
-    emulator = GCSEmulator(tmp_path / "gcs_root")
-    emulator.start()
-    env = dict(_env(wn), STORAGE_EMULATOR_HOST=emulator.url, TENSORSTORE_GCS_HTTP_URL=emulator.url)
-    model_dir = f"{emulator.bucket()}/run"
-    try:
-        log_path = tmp_path / "lost.log"
-        proc = _launch(_argv(model_dir, vocab_path), env, log_path, slow=True)
-        _wait_for(lambda: "step 5/6" in open(log_path).read() or proc.poll() is not None)
-        emulator.stop()
-        start = time.time()
-        assert proc.wait(timeout=300) != 0
-        waited = time.time() - start
-        text = open(log_path).read()
-        first = _losses(text)
-        assert "checkpoint of step 6" in text and "last complete checkpoint: step 3" in text, text[-3000:]
-        emulator.start()
-        resumed_text = _run(_argv(model_dir, vocab_path), env, tmp_path / "resumed.log")
-        resumed = _losses(resumed_text)
-        assert "resumed from step 3" in resumed_text and sorted(resumed) == [4, 5, 6], resumed_text[-2000:]
-        for s in (4, 5):
-            assert resumed[s] == first[s]  # the same steps again, bit for bit
-        print(f"the failed save gave up after {waited:.0f} s")
-    finally:
-        emulator.stop()
