@@ -22,6 +22,7 @@ import tempfile
 import uuid
 
 from samtone_jax import paths
+from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
 
 MARKER = "commit_success.txt"  # the name orbax uses for the same purpose
 
@@ -31,7 +32,7 @@ def atomic_open(path, mode: str = "wb"):
     """A file object for writing `path` whole: on success it becomes `path`, on any exception
     nothing is left. Text mode writes UTF-8."""
     if mode not in ("w", "wb"):
-        raise ValueError(f"atomic_open writes whole files: mode 'w' or 'wb', got {mode!r}")
+        raise BadValueError(f"atomic_open writes whole files: mode 'w' or 'wb', got {mode!r}")
     target = paths.as_path(path)
     encoding = None if "b" in mode else "utf-8"
     if paths.is_remote(target):
@@ -68,7 +69,7 @@ def is_complete(directory) -> bool:
 def require_complete(directory, what: str = "folder") -> None:
     """FileNotFoundError unless `directory` carries the commit marker `atomic_directory` writes last."""
     if not is_complete(directory):
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{paths.as_str(directory)} is an incomplete {what}: {MARKER} is missing, so its writer stopped "
             "before finishing (or it predates samtone_jax 0.2); rerun the command that writes it with --overwrite"
         )
@@ -82,7 +83,7 @@ def atomic_directory(path, overwrite: bool = False):
     exists and not overwrite."""
     target = paths.as_path(path)
     if target.exists() and not overwrite:
-        raise FileExistsError(f"{target} already exists; choose another destination or remove it first (--overwrite)")
+        raise ExistingFileError(f"{target} already exists; choose another destination or remove it first (--overwrite)")
     remote = paths.is_remote(target)
     if remote:
         staging = tempfile.mkdtemp(prefix="samtone_jax-")

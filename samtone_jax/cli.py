@@ -12,6 +12,8 @@ import logging
 import os
 import sys
 
+from samtone_jax.errors import BadValueError, ExistingFileError
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TF's CUDA probing noise on CPU hosts
 
 
@@ -161,7 +163,7 @@ def _cmd_analyze(args, bindings) -> int:
     paths.check_bucket(args.out, "--out")
     names = args.name or [paths.as_path(c).name for c in args.checkpoint]
     if len(names) != len(args.checkpoint) or len(set(names)) != len(names):
-        raise ValueError(f"--name must give one distinct name per --checkpoint; got {names} for {args.checkpoint}")
+        raise BadValueError(f"--name must give one distinct name per --checkpoint; got {names} for {args.checkpoint}")
     split, collection = _load_task(args)
     mesh = partitioning.create_mesh(devices=jax.local_devices())
     encoders = {
@@ -195,7 +197,9 @@ def _cmd_mine(args, bindings) -> int:
 
     paths.check_bucket(args.out, "--out")
     if bool(args.checkpoint) == args.bm25:
-        raise ValueError("samtone mine needs exactly one of --checkpoint=MODEL (dense mining) or --bm25")
+        raise BadValueError("samtone mine needs exactly one of --checkpoint=MODEL (dense mining) or --bm25")
+    if paths.as_path(args.out).exists() and not args.overwrite:  # before the slow part, as export does
+        raise ExistingFileError(f"{paths.as_str(args.out)} already exists; choose another --out or pass --overwrite")
     split, collection = _load_task(args)
     encoder, mesh = None, None
     if args.checkpoint:
@@ -251,10 +255,10 @@ def _load_task(args):
     if args.data_dir:
         os.environ["SAMTONE_DATA_DIR"] = args.data_dir
     if args.task not in tasks.LOADERS:
-        raise ValueError(f"unknown task {args.task!r}; registered tasks: {', '.join(tasks.task_names())}")
+        raise BadValueError(f"unknown task {args.task!r}; registered tasks: {', '.join(tasks.task_names())}")
     splits = tasks.LOADERS[args.task][1]
     split = args.split or splits[0]
-    return split, tasks.load(args.task, split, args.skip_bad_records)
+    return split, tasks.load(args.task, split, args.skip_bad_records or None)  # None: gin decides
 
 
 def _cmd_build_vocab(args, bindings) -> int:
@@ -348,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drop candidates scoring above (1 - margin) x the positive's score")  # fmt: skip
     p.add_argument("--strategy", choices=["top", "sample"], default="top")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.set_defaults(run=_cmd_mine)
 
     p = sub.add_parser("compare", help="eval JSONs side by side with paired significance tests")
@@ -385,12 +390,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.verbosity.upper(), format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("absl", "jax._src", "tensorflow", "h5py"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from samtone_jax.errors import UserError, one_line
+
     try:
         return args.run(args, bindings)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
-        # User errors: one clear line, no traceback (--verbosity=DEBUG shows it).
+    except UserError as e:
+        # What the user can fix: one clear line (--verbosity=DEBUG shows the traceback). Anything
+        # else (a bug, a library's own error) keeps its traceback.
         logging.getLogger("samtone").debug("traceback", exc_info=True)
-        print(f"samtone {args.mode}: error: {e}", file=sys.stderr)
+        print(f"samtone {args.mode}: error: {one_line(e)}", file=sys.stderr)
         return 2
 
 

@@ -15,6 +15,7 @@ files of a folder in name order. Scalars are written as TF2 `tf.summary.scalar` 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import struct
 import time
@@ -46,14 +47,23 @@ def record(data: bytes) -> bytes:
 class EventWriter:
     """`write_scalars(step, {tag: value})`, `flush()`, `close()` into DIRECTORY/events.out.tfevents.*."""
 
-    def __init__(self, directory, rotate_bytes: int = 1 << 20, retry_after_s: float = 60.0):
+    def __init__(self, directory, start_step: int = 0, rotate_bytes: int = 1 << 20, retry_after_s: float = 60.0):
+        """start_step > 0 (a resumed run): the first file starts with TensorBoard's restart marker
+        (SessionLog START at start_step + 1), so the steps a killed run logged past its last
+        checkpoint are dropped from the curves instead of shown twice."""
         self.directory = paths.as_path(directory)
         self.rotate_bytes, self.retry_after_s = rotate_bytes, retry_after_s
         self._index, self._failed_at = 0, None
         self._start_file()
+        if start_step:
+            restart = event_pb2.Event(wall_time=time.time(), step=start_step + 1,
+                                      session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START))  # fmt: skip
+            self._data += record(restart.SerializeToString())
 
     def _start_file(self) -> None:
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{self._index:04d}.samtone"
+        # Microseconds in the name: TensorBoard reads a folder's files in name order, and a resumed
+        # run's file must sort after the killed run's, even within the same second.
+        name = f"events.out.tfevents.{time.time():017.6f}.{socket.gethostname()}.{os.getpid()}.{self._index:04d}"
         self._index += 1
         self.path = self.directory / name
         version = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")

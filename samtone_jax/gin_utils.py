@@ -15,6 +15,7 @@ from pathlib import Path
 import gin
 
 from samtone_jax import losses as _losses
+from samtone_jax.errors import BadValueError
 from samtone_jax.models import DualEncoder as _DualEncoder
 from samtone_jax.models import T5Config as _T5Config
 
@@ -44,7 +45,7 @@ def resolve_gin_file(path: str) -> str:
     candidate = GIN_CONFIGS_DIR / path
     if candidate.exists():
         return str(candidate)
-    raise ValueError(f"gin file {path!r} not found in {os.getcwd()} nor in {GIN_CONFIGS_DIR}")
+    raise BadValueError(f"gin file {path!r} not found in {os.getcwd()} nor in {GIN_CONFIGS_DIR}")
 
 
 def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finalize: bool = True) -> None:
@@ -63,17 +64,113 @@ def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finali
             [resolve_gin_file(f) for f in gin_files], list(bindings), finalize_config=finalize
         )
     except (ValueError, KeyError, SyntaxError, TypeError) as e:
-        raise ValueError(f"gin config {list(gin_files)} with bindings {list(bindings)} is invalid: {e}") from e
+        raise BadValueError(f"gin config {list(gin_files)} with bindings {list(bindings)} is invalid: {e}") from e
     finally:
         logging.disable(logging.NOTSET)
+    _check_macros_are_used(bindings)
+    _check_bound_types()
+
+
+def _macro_name(value) -> str | None:
+    if isinstance(value, gin.config.ConfigurableReference) and value.configurable.selector == "gin.macro":
+        return value.scoped_selector.rsplit("/", 1)[0]
+    return None
+
+
+def _references(value):
+    """The macro names a bound value refers to (inside lists, tuples and dicts too)."""
+    name = _macro_name(value)
+    if name:
+        yield name
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _references(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _references(v)
+
+
+def _check_macros_are_used(bindings: Sequence[str]) -> None:
+    """A macro set on the command line (`--gin.NAME=...`) that no binding refers to is a typo (the
+    run would silently keep the gin file's value): ValueError naming it and the nearest macro."""
+    import difflib
+    import re
+
+    used = {n for params in gin.config._CONFIG.values() for v in params.values() for n in _references(v)}
+    defined = {scope for scope, selector in gin.config._CONFIG if selector == "gin.macro"}
+    for binding in bindings:
+        match = re.match(r"\s*([A-Za-z_]\w*)\s*=", binding)
+        if "\n" in binding.strip() or not match or match.group(1) in used:
+            continue
+        name = match.group(1)
+        near = difflib.get_close_matches(name, sorted(used), n=1)
+        hint = f"; did you mean {near[0]}?" if near else f"; macros in use: {', '.join(sorted(used)) or 'none'}"
+        raise BadValueError(f"gin macro {name} = ... is set ({binding.strip()!r}) but no binding uses %{name}{hint}"
+                         if name in defined else f"gin binding {binding.strip()!r} sets nothing{hint}")  # fmt: skip
+
+
+def _scalar_types(hint) -> tuple | None:
+    """The accepted types of a simple annotation (int, float, str, bool, or one of them | None)."""
+    import types
+    import typing
+
+    simple = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+    if hint in simple:
+        return simple[hint]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if all(a in simple for a in args):
+            return tuple(t for a in args for t in simple[a]) + (type(None),)
+    return None
+
+
+def _check_bound_types() -> None:
+    """Every bound int / float / str / bool parameter holds a value of its annotated type (after
+    macros), so `train.batch_size = 'four'` fails here, naming the binding, not deep in a step."""
+    import typing
+
+    for (_scope, selector), params in gin.config._CONFIG.items():
+        configurable = gin.config._REGISTRY.get(selector) if selector != "gin.macro" else None
+        if configurable is None:
+            continue
+        try:
+            hints = typing.get_type_hints(configurable.wrapped)
+        except Exception:  # noqa: BLE001  an annotation gin's target cannot resolve: nothing to check
+            continue
+        for param, value in params.items():
+            via = []
+            while (name := _macro_name(value)) is not None:
+                via.append(name)
+                value = gin.config._CONFIG.get((name, "gin.macro"), {}).get("value")
+            accepted = _scalar_types(hints.get(param))
+            if accepted is None or isinstance(value, gin.config.ConfigurableReference):
+                continue
+            if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
+                where = f"{configurable.name}.{param}" + (f" (via %{' -> %'.join(via)})" if via else "")
+                raise BadValueError(
+                    f"gin binding {where} = {value!r} is a {type(value).__name__}, but {configurable.name} takes "
+                    f"{param}: {_type_name(hints[param])}; fix it in the gin file or with "
+                    f"--gin.{via[0] if via else f'{configurable.name}.{param}'}=VALUE"
+                )
+
+
+def _type_name(hint) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 def model() -> _DualEncoder:
     """The DualEncoder the parsed gin config describes (`DualEncoder.*`, `T5Config.*`)."""
+    if not any(selector.endswith("T5Config") for _, selector in gin.config._CONFIG):
+        raise BadValueError(
+            "no T5Config.* binding: the gin config names no model size; include one of gin_configs/models/*.gin "
+            "(e.g. --gin_file=models/t5_1_1_base.gin) before the run's gin file"
+        )
     try:
         return DualEncoder(config=T5Config())
     except TypeError as e:
-        raise ValueError(f"gin config does not describe a DualEncoder: {e} (include a gin_configs/models/*.gin)") from e
+        raise BadValueError(
+            f"gin config does not describe a DualEncoder: {e} (include a gin_configs/models/*.gin)"
+        ) from e
 
 
 def read_bindings(text: str) -> dict[str, object]:
@@ -123,13 +220,13 @@ def model_from_gin_text(text: str) -> _DualEncoder:
     unknown = sorted(set(config_kwargs) - fields) + sorted(set(model_kwargs) - {"architecture", "projection_dim",
                                                                                   "learnable_temperature"})  # fmt: skip
     if unknown:
-        raise ValueError(f"saved gin config binds unknown model parameters {unknown}")
+        raise BadValueError(f"saved gin config binds unknown model parameters {unknown}")
     if isinstance(config_kwargs.get("mlp_activations"), list):
         config_kwargs["mlp_activations"] = tuple(config_kwargs["mlp_activations"])
     try:
         return _DualEncoder(config=_T5Config(**config_kwargs), **model_kwargs)
     except TypeError as e:
-        raise ValueError(f"saved gin config does not describe a DualEncoder: {e}") from e
+        raise BadValueError(f"saved gin config does not describe a DualEncoder: {e}") from e
 
 
 def model_gin(model: _DualEncoder) -> str:

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from samtone_jax.encoding import encode
+from samtone_jax.errors import BadValueError
 
 
 def to_chunks(x: jax.Array, num_chunks: int, num_shards: int) -> jax.Array:
@@ -53,7 +54,7 @@ def loss_and_grads(model, params, batch, rng, loss_on_embeddings, chunk_size: in
         rows = tokens.shape[0]
         per_shard = rows // num_shards
         if per_shard % chunk_size:
-            raise ValueError(
+            raise BadValueError(
                 f"GRAD_CACHE_CHUNK_SIZE={chunk_size} must divide the per-device rows of {name} ({per_shard} = "
                 f"{rows} / {num_shards} devices)"
             )

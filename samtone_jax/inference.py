@@ -22,6 +22,7 @@ import numpy as np
 from samtone_jax import paths
 from samtone_jax.atomic_file import require_complete
 from samtone_jax.data import vocab as vocab_lib
+from samtone_jax.errors import BadValueError, MissingFileError
 from samtone_jax.evaluation.encode import TextEncoder
 
 VOCAB_FILE = "vocab.model"
@@ -83,19 +84,19 @@ def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
     (local or gs://). A parameter checkpoint or export must carry its commit marker."""
     path = paths.as_path(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} does not exist (expected a MODEL_DIR or a checkpoint directory)")
+        raise MissingFileError(f"{path} does not exist (expected a MODEL_DIR or a checkpoint directory)")
     if (path / "state").is_dir() and path.name.isdigit():  # MODEL_DIR/checkpoints/N
         if step is not None and step != int(path.name):
-            raise ValueError(f"{path} is the checkpoint of step {path.name}, not step {step}")
+            raise BadValueError(f"{path} is the checkpoint of step {path.name}, not step {step}")
         if paths.is_remote(path) and not (path / "commit_success.txt").exists():
-            raise FileNotFoundError(f"{path} is an incomplete checkpoint (no commit_success.txt): use an earlier step")
+            raise MissingFileError(f"{path} is an incomplete checkpoint (no commit_success.txt): use an earlier step")
         return "train", str(path.parent.parent), int(path.name)
     if (path / "checkpoints").is_dir():
         steps = checkpoint_steps(path)
         if not steps:
-            raise FileNotFoundError(f"no checkpoint in {path}/checkpoints: train first (samtone train)")
+            raise MissingFileError(f"no checkpoint in {path}/checkpoints: train first (samtone train)")
         if step is not None and step not in steps:
-            raise FileNotFoundError(f"no checkpoint for step {step} in {path}/checkpoints; available: {steps}")
+            raise MissingFileError(f"no checkpoint for step {step} in {path}/checkpoints; available: {steps}")
         return "train", str(path), steps[-1] if step is None else step
     if (path / "params").is_dir():
         require_complete(path, "parameter checkpoint")
@@ -103,7 +104,7 @@ def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
     if (path / EXPORT_JSON).exists():
         require_complete(path, "export")
         return "export", str(path), None
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"{path} is not a samtone checkpoint: expected a MODEL_DIR (checkpoints/), a step directory "
         "(checkpoints/<step>/state), a parameter checkpoint (params/ + model.gin) or a `samtone export` folder"
     )
@@ -117,7 +118,7 @@ def _vocabulary_path(directory: str, explicit: str | None, settings: dict) -> st
         return str(local)
     named = settings.get("train.vocabulary")
     if named and not paths.as_path(named).exists():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"the vocabulary of {directory} was not found: looked for {local} and for train.vocabulary={named!r} "
             f"(as {paths.as_path(named)}); pass vocabulary=PATH (CLI: --vocabulary)"
         )
@@ -139,7 +140,7 @@ def load(path: str, *, step: int | None = None, vocabulary: str | None = None, q
     if kind == "train":
         config = root / "config.gin"
         if not config.exists():
-            raise FileNotFoundError(f"{config} not found: {directory} has checkpoints but no gin config")
+            raise MissingFileError(f"{config} not found: {directory} has checkpoints but no gin config")
         text = config.read_text()
         params = restore_on_one_device(root / "checkpoints" / str(step) / "state")["params"]
     elif kind == "export":

@@ -48,6 +48,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from samtone_jax.errors import BadValueError
+
 MODES = ("samtone", "pair", "gte", "pairwise")
 SAME_TOWER = ("none", "query", "doc", "both")
 
@@ -58,34 +60,34 @@ def _is_concrete(x) -> bool:
 
 def _check_inputs(q, d, temperature, mode, same_tower, bidirectional, negatives, ids, same_tower_weight, pair_alpha):
     if mode not in MODES:
-        raise ValueError(f"contrastive_loss: mode={mode!r} must be one of {MODES}")
+        raise BadValueError(f"contrastive_loss: mode={mode!r} must be one of {MODES}")
     if same_tower not in SAME_TOWER:
-        raise ValueError(f"contrastive_loss: same_tower={same_tower!r} must be one of {SAME_TOWER}")
+        raise BadValueError(f"contrastive_loss: same_tower={same_tower!r} must be one of {SAME_TOWER}")
     if mode != "gte" and not bidirectional and same_tower in ("doc", "both"):
-        raise ValueError(
+        raise BadValueError(
             f"contrastive_loss: same_tower={same_tower!r} adds doc-doc negatives to the doc->query "
             "direction, which bidirectional=False does not compute; use bidirectional=True or same_tower='query'"
         )
     if q.ndim != 2 or d.shape != q.shape:
-        raise ValueError(f"contrastive_loss: q and d must both be [B, D]; got q {q.shape}, d {d.shape}")
+        raise BadValueError(f"contrastive_loss: q and d must both be [B, D]; got q {q.shape}, d {d.shape}")
     if negatives is not None and (
         negatives.ndim != 3 or negatives.shape[0] != q.shape[0] or negatives.shape[2] != q.shape[1]
     ):
-        raise ValueError(
+        raise BadValueError(
             f"contrastive_loss: negatives must be [B, K, D] = [{q.shape[0]}, K, {q.shape[1]}]; got {negatives.shape}"
         )
     for name, value, shape in ids:
         if value is not None and tuple(value.shape) != shape:
-            raise ValueError(f"contrastive_loss: {name} must have shape {shape}; got {tuple(value.shape)}")
+            raise BadValueError(f"contrastive_loss: {name} must have shape {shape}; got {tuple(value.shape)}")
         if value is not None and not jnp.issubdtype(value.dtype, jnp.integer):
-            raise ValueError(f"contrastive_loss: {name} must be integer ids; got dtype {value.dtype}")
+            raise BadValueError(f"contrastive_loss: {name} must be integer ids; got dtype {value.dtype}")
     # Concrete values are checked; a traced temperature (a learnable parameter) cannot be.
     if _is_concrete(temperature) and not np.all(np.asarray(temperature) > 0):
-        raise ValueError(f"contrastive_loss: temperature must be > 0; got {temperature}")
+        raise BadValueError(f"contrastive_loss: temperature must be > 0; got {temperature}")
     if _is_concrete(same_tower_weight) and np.any(np.asarray(same_tower_weight) < 0):
-        raise ValueError(f"contrastive_loss: same_tower_weight must be >= 0; got {same_tower_weight}")
+        raise BadValueError(f"contrastive_loss: same_tower_weight must be >= 0; got {same_tower_weight}")
     if not 0.0 <= pair_alpha <= 1.0:
-        raise ValueError(f"contrastive_loss: pair_alpha must be in [0, 1]; got {pair_alpha}")
+        raise BadValueError(f"contrastive_loss: pair_alpha must be in [0, 1]; got {pair_alpha}")
 
 
 def _scores(rows: jax.Array, columns: jax.Array, temperature) -> jax.Array:
@@ -127,7 +129,7 @@ def contrastive_loss(
     q: jax.Array,
     d: jax.Array,
     *,
-    temperature,
+    temperature: float,  # or a traced scalar (a learnable temperature)
     bidirectional: bool = True,
     same_tower: str = "query",
     mode: str = "samtone",
@@ -161,7 +163,7 @@ def contrastive_loss(
         same_tower_weight, pair_alpha,
     )  # fmt: skip
     if negative_ids is not None and (doc_ids is None or negatives is None):
-        raise ValueError("contrastive_loss: negative_ids needs negatives and doc_ids to compare against")
+        raise BadValueError("contrastive_loss: negative_ids needs negatives and doc_ids to compare against")
 
     def gather(x):
         return x if axis_name is None else jax.lax.all_gather(x, axis_name, tiled=True)

@@ -16,6 +16,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from samtone_jax.errors import BadValueError
+
 # T5X's standard 1-D model-parallel rules (t5x.partitioning.standard_logical_axis_rules).
 DEFAULT_RULES: tuple[tuple[str, str | None], ...] = (
     ("batch", "data"),
@@ -50,7 +52,7 @@ def create_mesh(num_partitions: int = 1, devices=None) -> Mesh:
     """A ('data', 'model') mesh over all devices (of all processes); 'model' has num_partitions."""
     devices = np.asarray(jax.devices() if devices is None else devices)
     if num_partitions < 1 or devices.size % num_partitions:
-        raise ValueError(
+        raise BadValueError(
             f"create_mesh.num_partitions={num_partitions} must divide the {devices.size} devices (gin: num_partitions)"
         )
     grid = devices.reshape(devices.size // num_partitions, num_partitions)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from samtone_jax.errors import BadValueError, MissingFileError, NoAccessError
+
 os.environ.setdefault("EPATH_USE_TF", "false")
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
@@ -43,7 +45,7 @@ def as_path(path: str | os.PathLike) -> epath.Path:
     `..`: tensorstore rejects it) and made absolute against the current directory."""
     text = os.fspath(path)
     if "://" in text and not is_remote(text):
-        raise ValueError(f"{text!r}: unsupported URL scheme; use a local path or gs://bucket/...")
+        raise BadValueError(f"{text!r}: unsupported URL scheme; use a local path or gs://bucket/...")
     if is_remote(text):
         return epath.Path(text)
     return epath.Path(os.path.abspath(os.path.expanduser(text)))
@@ -74,12 +76,12 @@ def check_bucket(path: str | os.PathLike, what: str) -> None:
     try:
         _gcs().ls(bucket, detail=False)
     except FileNotFoundError as e:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{what}={os.fspath(path)!r}: bucket gs://{bucket} does not exist; create it (gcloud storage "
             f"buckets create gs://{bucket}) or fix the path"
         ) from e
     except PermissionError as e:
-        raise PermissionError(
+        raise NoAccessError(
             f"{what}={os.fspath(path)!r}: no access to gs://{bucket} ({e}); grant this VM's service account "
             "Storage Object Admin on the bucket, or run `gcloud auth application-default login`"
         ) from e

@@ -28,6 +28,7 @@ from samtone_jax.atomic_file import write_atomic
 from samtone_jax.checkpoints import load_params
 from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
 from samtone_jax.encoding import encode_batch
+from samtone_jax.errors import BadValueError, MissingFileError
 from samtone_jax.models import init_params
 from samtone_jax.train_logging import ProgressLogger
 
@@ -163,7 +164,7 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings):
     got = jax.tree_util.tree_map(lambda x: tuple(x.shape), params)
     want = jax.tree_util.tree_map(lambda x: tuple(x.shape), abstract)
     if got != want:
-        raise ValueError(
+        raise BadValueError(
             f"train.init_checkpoint={init_checkpoint!r} does not fit the gin model (architecture "
             f"{model.architecture}): use the same architectures/ and models/ gin files as the run that wrote it"
         )
@@ -178,22 +179,53 @@ def _keep_vocabulary(vocabulary: str | None, model_dir) -> None:
         return
     source, target = paths.as_path(vocabulary), paths.as_path(model_dir) / "vocab.model"
     if not source.exists():
-        raise FileNotFoundError(f"train.vocabulary={vocabulary!r} not found (as {source}): fix VOCABULARY")
+        raise MissingFileError(f"train.vocabulary={vocabulary!r} not found (as {source}): fix VOCABULARY")
     if source == target:
         return
     write_atomic(target, source.read_bytes())
 
 
-def _install_sigterm_flag():
-    """SIGTERM (TPU preemption) sets a flag the loop checks at the next step boundary."""
+def _install_stop_flag():
+    """SIGTERM (TPU preemption) and Ctrl-C (SIGINT) set a flag the loop checks at the next step
+    boundary: it checkpoints there and exits 0. A second Ctrl-C interrupts at once."""
     flag = {"set": False}
 
     def handler(signum, frame):
-        log.warning("SIGTERM received: checkpointing at the next step boundary, then exiting")
+        name = signal.Signals(signum).name
+        if flag["set"] and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        log.warning("%s received: checkpointing at the next step boundary, then exiting%s", name,
+                    " (Ctrl-C again to stop now, without a checkpoint)" if signum == signal.SIGINT else "")  # fmt: skip
         flag["set"] = True
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     return flag, previous
+
+
+def _check_existing_run(model_dir, model, train_steps: int) -> None:
+    """Refuse, before anything is written, to continue a run in MODEL_DIR that this config cannot
+    continue: another model (its config.gin says), or a run already past train.train_steps."""
+    from samtone_jax import inference
+
+    steps = inference.checkpoint_steps(model_dir)
+    config = model_dir / "config.gin"
+    if not steps:
+        return
+    if config.exists():
+        saved = gin_utils.model_from_gin_text(config.read_text())
+        ours, theirs = gin_utils.model_gin(model).splitlines(), gin_utils.model_gin(saved).splitlines()
+        differ = [f"{a.split(' = ')[0]}: {b.split(' = ', 1)[1]} in its config.gin, {a.split(' = ', 1)[1]} here"
+                  for a, b in zip(ours, theirs, strict=True) if a != b]  # fmt: skip
+        if differ:
+            raise BadValueError(
+                f"{model_dir} holds a run of another model ({'; '.join(differ)}): resume it with its own gin "
+                "files (MODEL_DIR/config.gin), or train this model in another MODEL_DIR"
+            )
+    if steps[-1] > train_steps:
+        raise BadValueError(
+            f"{model_dir} already holds step {steps[-1]}, past train.train_steps = {train_steps}: nothing to train "
+            "(raise TRAIN_STEPS to continue it, or use another MODEL_DIR)"
+        )
 
 
 @gin.configurable
@@ -221,6 +253,7 @@ def train(
     data_shards: int | None = None,
     shuffle_block_size: int = 1,
     id_masking: bool = True,
+    on_corrupt_checkpoint: str = "fallback",
 ) -> dict:
     """Train until `train_steps` (resuming from MODEL_DIR); returns the last logged metrics.
 
@@ -235,17 +268,21 @@ def train(
     k shuffles runs of k consecutive examples (duplicate-heavy batches for ablations). `id_masking`
     False drops the query/document ids from the loss, so duplicate texts in a batch become each
     other's negatives (the ablation of SamToNe's duplicate-document limitation); keep it True.
-    """
-    from samtone_jax.data import pipeline
-    from samtone_jax.tasks import registration
 
+    MODEL_DIR: one run at a time (samtone_jax/run_lock.py); a run of another model there, or one
+    already past `train_steps`, is refused before anything is written. `on_corrupt_checkpoint`
+    'fallback' resumes from the newest readable checkpoint when the latest is unreadable (warning,
+    the unreadable one deleted so its step can be saved again); 'fail' stops instead.
+    """
+    if on_corrupt_checkpoint not in ("fallback", "fail"):
+        raise BadValueError(f"train.on_corrupt_checkpoint = {on_corrupt_checkpoint!r}: use 'fallback' or 'fail'")
     if eval_every and not (eval_split or retrieval_eval_task):
-        raise ValueError(
+        raise BadValueError(
             "train.eval_every is set but neither train.eval_split nor train.retrieval_eval_task is: name a held-out "
             "split to evaluate on"
         )
     if (eval_split or retrieval_eval_task) and not eval_every:
-        raise ValueError(
+        raise BadValueError(
             "train.eval_split / train.retrieval_eval_task need train.eval_every > 0 (how often to evaluate)"
         )
     model = gin_utils.model()
@@ -253,72 +290,107 @@ def train(
     mesh = partitioning.create_mesh()
     hosts, host = jax.process_count(), jax.process_index()
     if batch_size % mesh.shape["data"] or batch_size % hosts:
-        raise ValueError(
+        raise BadValueError(
             f"BATCH_SIZE={batch_size} must be divisible by the {mesh.shape['data']} data-parallel devices "
             f"of the {hosts} host(s)"
         )
     paths.check_bucket(model_dir, "train.model_dir")
     model_dir = paths.as_path(model_dir)  # local: absolute (orbax needs it); gs://: as given
+    _check_existing_run(model_dir, model, train_steps)  # before anything is written
+    from samtone_jax.data import pipeline
+    from samtone_jax.tasks import registration
+
+    with _lock_model_dir(model_dir, host, hosts):
+        if host == 0:
+            write_atomic(model_dir / "config.gin", gin.config_str())
+            _keep_vocabulary(vocabulary, model_dir)
+        checkpointer = TrainCheckpointer(model_dir / "checkpoints", checkpoint_every, keep_checkpoints)
+        state = initial_state(model, tx, mesh, seed, init_checkpoint if checkpointer.latest_step() is None else None)
+        state, start = checkpointer.restore_latest(state, on_corrupt=on_corrupt_checkpoint)
+        if start:
+            log.info("resumed from step %d in %s", start, checkpointer.directory)
+
+        registration.register(vocabulary, num_negatives)
+        dataset = functools.partial(
+            pipeline.train_dataset, batch_size=batch_size // hosts, query_length=query_length, doc_length=doc_length,
+            seed=seed, num_negatives=num_negatives, shard_index=host, num_shards=hosts, data_shards=data_shards,
+            shuffle_block_size=shuffle_block_size,
+        )  # fmt: skip
+        batches = dataset(task, split, start_batch=start).as_numpy_iterator()
+
+        step_fn = jax.jit(make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size), donate_argnums=0)
+        eval_fn = jax.jit(make_eval_step(model, mesh)) if eval_split else None
+        retrieval_eval = None
+        if retrieval_eval_task:
+            from samtone_jax.data import vocab as vocab_lib
+            from samtone_jax.evaluation.train_hook import RetrievalEval
+
+            retrieval_eval = RetrievalEval(model, mesh, vocab_lib.vocabulary(vocabulary), retrieval_eval_task,
+                                           retrieval_eval_split, query_length, doc_length)  # fmt: skip
+        progress = ProgressLogger(model_dir, train_steps, batch_size, log_every, checkpointer, start_step=start)
+        stop, previous_handlers = _install_stop_flag()
+        fsdp = partitioning.logical_rules() == partitioning.FSDP_RULES
+        activations = partitioning.activation_sharding(mesh) if fsdp else contextlib.nullcontext()
+        metrics = {}
+        try:
+            for step in range(start, train_steps):
+                batch = partitioning.host_to_global(mesh, model_features(next(batches), id_masking))
+                with activations:  # FSDP: trace with the activation constraints (first call)
+                    state, step_metrics = step_fn(state, batch)
+                progress.record(step + 1, step_metrics)  # raises on a non-finite loss, naming the checkpoint
+                checkpointer.maybe_save(step + 1, state)
+                if eval_every and (step + 1) % eval_every == 0:
+                    results = {}
+                    if eval_fn:
+                        results.update(
+                            _evaluate(eval_fn, state, dataset, task, eval_split, mesh, eval_batches, id_masking)
+                        )
+                    if retrieval_eval:
+                        results.update(retrieval_eval(state["params"]))
+                    progress.write_eval(step + 1, results)
+                if stop["set"]:
+                    checkpointer.save(step + 1, state, force=True)
+                    log.warning("preempted: saved step %d; rerun the same command to resume", step + 1)
+                    break
+            else:
+                checkpointer.save(train_steps, state, force=True)
+            metrics = progress.last
+            if host == 0:  # what the run actually used, as T5X writes it
+                write_atomic(model_dir / "operative_config.gin", gin.operative_config_str())
+        finally:
+            checkpointer.close()
+            progress.close()
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
+        return metrics
+
+
+@contextlib.contextmanager
+def _lock_model_dir(model_dir, host: int, hosts: int):
+    """MODEL_DIR's run lock, taken by process 0; every process learns whether it was taken, so all
+    stop together when another run holds it."""
+    from samtone_jax.run_lock import RunLock, RunLockedError
+
+    lock, error = None, None
     if host == 0:
-        write_atomic(model_dir / "config.gin", gin.config_str())
-        _keep_vocabulary(vocabulary, model_dir)
+        lock = RunLock(model_dir)
+        try:
+            lock.acquire()
+        except RunLockedError as e:
+            lock, error = None, e
+    if hosts > 1:
+        from jax.experimental import multihost_utils
 
-    checkpointer = TrainCheckpointer(model_dir / "checkpoints", checkpoint_every, keep_checkpoints)
-    state = initial_state(model, tx, mesh, seed, init_checkpoint if checkpointer.latest_step() is None else None)
-    state, start = checkpointer.restore_latest(state)
-    if start:
-        log.info("resumed from step %d in %s", start, checkpointer.directory)
-
-    registration.register(vocabulary, num_negatives)
-    dataset = functools.partial(
-        pipeline.train_dataset, batch_size=batch_size // hosts, query_length=query_length, doc_length=doc_length,
-        seed=seed, num_negatives=num_negatives, shard_index=host, num_shards=hosts, data_shards=data_shards,
-        shuffle_block_size=shuffle_block_size,
-    )  # fmt: skip
-    batches = dataset(task, split, start_batch=start).as_numpy_iterator()
-
-    step_fn = jax.jit(make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size), donate_argnums=0)
-    eval_fn = jax.jit(make_eval_step(model, mesh)) if eval_split else None
-    retrieval_eval = None
-    if retrieval_eval_task:
-        from samtone_jax.data import vocab as vocab_lib
-        from samtone_jax.evaluation.train_hook import RetrievalEval
-
-        retrieval_eval = RetrievalEval(model, mesh, vocab_lib.vocabulary(vocabulary), retrieval_eval_task,
-                                       retrieval_eval_split, query_length, doc_length)  # fmt: skip
-    progress = ProgressLogger(model_dir, train_steps, batch_size, log_every, checkpointer)
-    sigterm, previous_handler = _install_sigterm_flag()
-    fsdp = partitioning.logical_rules() == partitioning.FSDP_RULES
-    activations = partitioning.activation_sharding(mesh) if fsdp else contextlib.nullcontext()
-    metrics = {}
+        taken = int(multihost_utils.broadcast_one_to_all(np.int32(error is None)))
+        if not taken and error is None:
+            error = RunLockedError(f"{model_dir} is in use by another run (process 0's log says which)")
+    if error:
+        raise error
     try:
-        for step in range(start, train_steps):
-            batch = partitioning.host_to_global(mesh, model_features(next(batches), id_masking))
-            with activations:  # FSDP: trace with the activation constraints (first call)
-                state, step_metrics = step_fn(state, batch)
-            progress.record(step + 1, step_metrics)  # raises on a non-finite loss, naming the checkpoint
-            checkpointer.maybe_save(step + 1, state)
-            if eval_every and (step + 1) % eval_every == 0:
-                results = {}
-                if eval_fn:
-                    results.update(_evaluate(eval_fn, state, dataset, task, eval_split, mesh, eval_batches, id_masking))
-                if retrieval_eval:
-                    results.update(retrieval_eval(state["params"]))
-                progress.write_eval(step + 1, results)
-            if sigterm["set"]:
-                checkpointer.save(step + 1, state, force=True)
-                log.warning("preempted: saved step %d; rerun the same command to resume", step + 1)
-                break
-        else:
-            checkpointer.save(train_steps, state, force=True)
-        metrics = progress.last
-        if host == 0:  # what the run actually used, as T5X writes it
-            write_atomic(model_dir / "operative_config.gin", gin.operative_config_str())
+        yield
     finally:
-        checkpointer.close()
-        progress.close()
-        signal.signal(signal.SIGTERM, previous_handler)
-    return metrics
+        if lock:
+            lock.release()
 
 
 def _evaluate(eval_fn, state, dataset, task, split, mesh, num_batches, id_masking):

@@ -15,21 +15,23 @@ import jax
 import numpy as np
 
 from samtone_jax import paths
+from samtone_jax.errors import UserError
 from samtone_jax.event_writer import EventWriter
 
 log = logging.getLogger(__name__)
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(UserError, FloatingPointError):
     pass
 
 
 class ProgressLogger:
-    def __init__(self, model_dir: str, total_steps: int, global_batch: int, log_every: int, checkpointer):
+    def __init__(self, model_dir: str, total_steps: int, global_batch: int, log_every: int, checkpointer,
+                 start_step: int = 0):  # fmt: skip
         writes = jax.process_index() == 0  # one writer of summaries
         model_dir = paths.as_path(model_dir)
-        self.train_writer = EventWriter(model_dir / "train") if writes else None
-        self.eval_writer = EventWriter(model_dir / "eval") if writes else None
+        self.train_writer = EventWriter(model_dir / "train", start_step) if writes else None
+        self.eval_writer = EventWriter(model_dir / "eval", start_step) if writes else None
         self.total, self.batch, self.every = total_steps, global_batch, max(log_every, 1)
         self.checkpointer = checkpointer
         self.pending: list[tuple[int, dict]] = []

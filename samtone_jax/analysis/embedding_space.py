@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from samtone_jax.errors import BadValueError
 from samtone_jax.evaluation import search
 
 # A ratio's denominator smaller than this in magnitude makes it meaningless (and unbounded):
@@ -27,7 +28,7 @@ def top1_cosine(queries: np.ndarray, corpus: np.ndarray) -> np.ndarray:
     queries: [Q, D] float32, L2-normalised; corpus: [N, D] float32, L2-normalised, N >= 1.
     """
     if len(corpus) == 0:
-        raise ValueError("top1_cosine: the corpus has no rows; nothing to retrieve")
+        raise BadValueError("top1_cosine: the corpus has no rows; nothing to retrieve")
     if len(queries) == 0:
         return np.zeros((0,), np.float32)
     scores, _ = search.exact_top_k(queries, corpus, k=1)
@@ -41,7 +42,7 @@ def sample_pairs(b: int, num_pairs: int, seed: int) -> tuple[np.ndarray, np.ndar
     rejection loop and the result depends only on (b, num_pairs, seed).
     """
     if b < 2:
-        raise ValueError(f"similarity ratio needs at least 2 (query, document) pairs to draw i != j, got {b}")
+        raise BadValueError(f"similarity ratio needs at least 2 (query, document) pairs to draw i != j, got {b}")
     rng = np.random.default_rng(seed)
     i = rng.integers(0, b, size=num_pairs)
     j = rng.integers(0, b - 1, size=num_pairs)
@@ -73,7 +74,7 @@ def similarity_ratio(queries: np.ndarray, documents: np.ndarray, num_pairs: int,
     nothing about the geometry and would dominate any mean.
     """
     if queries.shape != documents.shape:
-        raise ValueError(f"similarity_ratio: queries {queries.shape} and documents {documents.shape} must be paired")
+        raise BadValueError(f"similarity_ratio: queries {queries.shape} and documents {documents.shape} must be paired")
     i, j = sample_pairs(len(queries), num_pairs, seed)
     ratios, _ = similarity_ratio_for_pairs(queries, documents, i, j)
     return ratios
@@ -92,7 +93,7 @@ def tsne(
 
     points = np.concatenate([np.asarray(queries, np.float32), np.asarray(documents, np.float32)])
     if not 0 < perplexity < len(points):
-        raise ValueError(f"tsne: perplexity={perplexity} must be in (0, {len(points)}) (the number of points)")
+        raise BadValueError(f"tsne: perplexity={perplexity} must be in (0, {len(points)}) (the number of points)")
     coords = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(points)
     coords = coords.astype(np.float32)
     return coords[: len(queries)], coords[len(queries) :]

@@ -13,6 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from samtone_jax.atomic_file import write_atomic
+from samtone_jax.errors import BadValueError
 
 QUERY_COLOR, DOCUMENT_COLOR = "tab:blue", "tab:orange"
 
@@ -31,7 +32,7 @@ def plot_tsne(data: dict[str, tuple[np.ndarray, np.ndarray]], path: str, num_lin
     the first `num_links` pairs are joined by a grey line to show how far apart a pair lands.
     """
     if not data:
-        raise ValueError("plot_tsne: no models to draw")
+        raise BadValueError("plot_tsne: no models to draw")
     fig = Figure(figsize=(4.5 * len(data), 4.5))
     axes = fig.subplots(1, len(data), squeeze=False)[0]
     for ax, (name, (coords_q, coords_d)) in zip(axes, data.items(), strict=True):
@@ -50,7 +51,7 @@ def plot_tsne(data: dict[str, tuple[np.ndarray, np.ndarray]], path: str, num_lin
 def _histograms(data: dict[str, np.ndarray], path: str, xlabel: str, title: str, clip_percentile: float | None) -> str:
     """Overlaid, density-normalised histograms on shared bins, with each model's median dashed."""
     if not data:
-        raise ValueError(f"{title}: no models to draw")
+        raise BadValueError(f"{title}: no models to draw")
     values = [np.asarray(v, np.float64) for v in data.values() if len(v)]
     pooled = np.concatenate(values) if values else np.zeros((1,))
     if clip_percentile is None:

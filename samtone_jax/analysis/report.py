@@ -19,6 +19,7 @@ from samtone_jax import paths
 from samtone_jax.analysis import embedding_space, figures
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.data.collection import RetrievalCollection
+from samtone_jax.errors import BadValueError
 
 NUM_TSNE_LINKS = 10
 NORM_TOLERANCE = 1e-3
@@ -43,17 +44,17 @@ def _checked(name: str, method: str, array, rows: int) -> np.ndarray:
     """[rows, D] float32 embeddings, or a ValueError naming the model and what is wrong."""
     x = np.asarray(array)
     if x.ndim != 2 or x.shape[0] != rows:
-        raise ValueError(f"model {name!r}: {method} returned shape {x.shape}, expected [{rows}, D]")
+        raise BadValueError(f"model {name!r}: {method} returned shape {x.shape}, expected [{rows}, D]")
     x = x.astype(np.float32)
     finite = np.isfinite(x).all(axis=1)
     if not finite.all():
-        raise ValueError(
+        raise BadValueError(
             f"model {name!r}: {method} returned non-finite values (NaN/inf) in {int((~finite).sum())} of {rows} rows "
             f"(first at row {int(np.argmin(finite))}); check the checkpoint and the encoder's dtype"
         )
     off = np.abs(np.linalg.norm(x, axis=1) - 1.0) > NORM_TOLERANCE
     if off.any():
-        raise ValueError(
+        raise BadValueError(
             f"model {name!r}: {method} returned {int(off.sum())} of {rows} rows that are not L2-normalised "
             f"(first at row {int(np.argmax(off))}); encoders must return unit rows (an empty text gives a zero row: "
             "call collection.drop_empty() first)"
@@ -78,16 +79,16 @@ def analyze(
     (also written to out_dir/summary.json).
     """
     if not encoders:
-        raise ValueError("analyze: no encoders given (pass {model name: encoder})")
+        raise BadValueError("analyze: no encoders given (pass {model name: encoder})")
     if tsne_sample < 2 or ratio_pairs < 1 or (max_queries is not None and max_queries < 1):
-        raise ValueError(
+        raise BadValueError(
             f"analyze: need tsne_sample >= 2, ratio_pairs >= 1 and max_queries None or >= 1; got tsne_sample="
             f"{tsne_sample}, ratio_pairs={ratio_pairs}, max_queries={max_queries}"
         )
     query_ids = sorted(collection.queries)[:max_queries]
     doc_ids = sorted(collection.corpus)
     if not query_ids or not doc_ids:
-        raise ValueError(
+        raise BadValueError(
             f"analyze: collection {collection.name!r} is empty ({len(query_ids)} queries, {len(doc_ids)} documents "
             f"with max_queries={max_queries}); nothing to analyse"
         )
@@ -102,7 +103,7 @@ def analyze(
     gold_q = np.array([query_row[q] for q in gold], np.int64)
     gold_d = np.array([doc_row[d] for d in gold.values()], np.int64)
     if len(gold_q) < 2:
-        raise ValueError(
+        raise BadValueError(
             f"analyze: collection {collection.name!r} has {len(gold_q)} selected queries with a gold document in the "
             "corpus; Figures 1 and 6 need at least 2 (check qrels and max_queries)"
         )
@@ -116,7 +117,7 @@ def analyze(
         q = _checked(name, "encode_queries", encoder.encode_queries(query_texts), len(query_texts))
         c = _checked(name, "encode_documents", encoder.encode_documents(doc_texts), len(doc_texts))
         if q.shape[1] != c.shape[1]:
-            raise ValueError(
+            raise BadValueError(
                 f"model {name!r}: query embeddings are {q.shape[1]}-d but document embeddings {c.shape[1]}-d; "
                 "both towers must project to the same dimension"
             )

@@ -15,6 +15,7 @@ import numpy as np
 
 from samtone_jax import paths
 from samtone_jax.checkpoints.source import CheckpointMismatchError, Source
+from samtone_jax.errors import MissingFileError
 from samtone_jax.models import T5Config
 
 _FEED_FORWARD = {"relu": ("relu",), "gated-gelu": ("gelu", "linear")}
@@ -48,7 +49,7 @@ def _open_tensors(folder: str):
 
         state = torch.load(str(binary), map_location="cpu", weights_only=True)
         return list(state), lambda k: state[k].float().numpy(), lambda k: tuple(state[k].shape)
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"{folder}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin "
         "(expected a folder written by transformers' save_pretrained)"
     )
@@ -58,7 +59,7 @@ def check_config(folder: str, config: T5Config) -> None:
     """Fail on a config.json that disagrees with the gin T5Config, naming the gin setting."""
     path = paths.as_path(folder) / "config.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: a Hugging Face T5 folder needs its config.json")
+        raise MissingFileError(f"{path} is missing: a Hugging Face T5 folder needs its config.json")
     hf = json.loads(path.read_text())
     act = _FEED_FORWARD.get(hf.get("feed_forward_proj", "relu"))
     checks = [

@@ -16,6 +16,7 @@ from samtone_jax import paths
 from samtone_jax.atomic_file import require_complete
 from samtone_jax.checkpoints import hf, mtf, t5x
 from samtone_jax.checkpoints.source import CheckpointMismatchError, report_unused, tower_from_source
+from samtone_jax.errors import BadValueError
 from samtone_jax.models import DualEncoder, init_params
 from samtone_jax.models.dual_encoder import Projection
 
@@ -99,7 +100,7 @@ def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tupl
     projection(s) come back from it. Returns (params: nested dict of numpy arrays, info).
     """
     if fmt not in FORMATS:
-        raise ValueError(f"--format={fmt!r}: must be one of {sorted(FORMATS)}")
+        raise BadValueError(f"--format={fmt!r}: must be one of {sorted(FORMATS)}")
     if fmt == "hf" and (paths.as_path(src) / EXPORT_JSON).exists():
         require_complete(src, "export")
         return import_export(src, model)

@@ -17,6 +17,7 @@ import tempfile
 
 from samtone_jax import paths
 from samtone_jax.checkpoints.source import Source
+from samtone_jax.errors import MissingFileError
 
 _SLOT = re.compile(r"_slot_v[rc]?$")
 
@@ -53,14 +54,14 @@ def _local_prefix(path: str) -> str:
         state = prefix / "checkpoint"
         found = re.search(r'model_checkpoint_path:\s*"([^"]+)"', state.read_text()) if state.exists() else None
         if not found:
-            raise FileNotFoundError(f"{path}: no `checkpoint` file naming a model_checkpoint_path; pass the prefix")
+            raise MissingFileError(f"{path}: no `checkpoint` file naming a model_checkpoint_path; pass the prefix")
         prefix = prefix / found.group(1)
     if prefix.name.endswith(".index"):
         prefix = prefix.parent / prefix.name[: -len(".index")]
     files = [f for f in prefix.parent.glob(prefix.name + ".*")
              if f.name == prefix.name + ".index" or f.name.startswith(prefix.name + ".data-")]  # fmt: skip
     if not files:
-        raise FileNotFoundError(f"{path}: no {prefix.name}.index / .data-* files in {prefix.parent}")
+        raise MissingFileError(f"{path}: no {prefix.name}.index / .data-* files in {prefix.parent}")
     local = tempfile.mkdtemp(prefix="samtone_jax-mtf-")
     for f in files:
         paths.download(f, local)
@@ -74,7 +75,7 @@ def open_source(path: str, config=None) -> Source:
     try:
         reader = tf.train.load_checkpoint(path)
     except (ValueError, tf.errors.NotFoundError) as e:
-        raise FileNotFoundError(f"{path}: not a readable TF checkpoint (prefix or directory): {e}") from e
+        raise MissingFileError(f"{path}: not a readable TF checkpoint (prefix or directory): {e}") from e
     shapes = reader.get_variable_to_shape_map()
     return Source(
         description=f"Mesh-TF checkpoint {path}",

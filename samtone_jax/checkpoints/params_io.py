@@ -21,6 +21,7 @@ import orbax.checkpoint as ocp
 
 from samtone_jax import paths
 from samtone_jax.atomic_file import atomic_directory, require_complete
+from samtone_jax.errors import MissingFileError
 
 PARAMS_SUBDIR = "params"
 MODEL_GIN = "model.gin"
@@ -49,7 +50,7 @@ def load_params(directory: str, abstract_params=None):
     carries shardings, as `jax.ShapeDtypeStruct`s, to restore onto devices directly)."""
     path = paths.as_path(directory) / PARAMS_SUBDIR
     if not path.is_dir():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{path} not found: {directory} is not a parameter checkpoint (expected the output of "
             "`samtone import-checkpoint` or a saved run's params)"
         )
@@ -60,5 +61,5 @@ def load_params(directory: str, abstract_params=None):
 def load_model_gin(directory) -> str:
     path = paths.as_path(directory) / MODEL_GIN
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: the checkpoint has no model gin config")
+        raise MissingFileError(f"{path} not found: the checkpoint has no model gin config")
     return path.read_text()

@@ -21,12 +21,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from samtone_jax.errors import BadValueError
+
 log = logging.getLogger(__name__)
 
 Path = tuple[str, ...]
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(BadValueError):
     """A source checkpoint does not fit the configured model."""
 
 

@@ -14,6 +14,7 @@ from flax import serialization
 
 from samtone_jax import paths
 from samtone_jax.checkpoints.source import Source
+from samtone_jax.errors import MissingFileError
 
 
 def _is_tensorstore_spec(node) -> bool:
@@ -46,7 +47,7 @@ def _read_tensorstore(directory: str, spec: dict) -> np.ndarray:
     try:
         return np.asarray(ts.open(full, read=True).result().read().result())
     except Exception as e:  # tensorstore raises ValueError subclasses with terse messages
-        raise FileNotFoundError(f"T5X array {relative!r} could not be read from {full['kvstore']}: {e}") from e
+        raise MissingFileError(f"T5X array {relative!r} could not be read from {full['kvstore']}: {e}") from e
 
 
 def read_tree(path: str) -> tuple[str, dict[str, object]]:
@@ -54,7 +55,7 @@ def read_tree(path: str) -> tuple[str, dict[str, object]]:
     path = paths.as_path(path)
     file = path / "checkpoint" if path.is_dir() else path
     if not file.exists():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{file} not found: expected a T5X checkpoint directory (checkpoint_N/ with a msgpack "
             "`checkpoint` file) or a single-file msgpack checkpoint"
         )

@@ -11,18 +11,44 @@ replays to it (samtone_jax/data/pipeline.py). All processes must call save/resto
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import jax
 import orbax.checkpoint as ocp
 
 from samtone_jax import paths
+from samtone_jax.errors import BadValueError, UserError
 
 log = logging.getLogger(__name__)
 
 
-class CheckpointSaveError(RuntimeError):
+class CheckpointSaveError(UserError, RuntimeError):
     """A checkpoint could not be written (storage unreachable, disk full, ...)."""
+
+
+class CheckpointRestoreError(UserError, RuntimeError):
+    """The latest checkpoint cannot be read."""
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
+@contextlib.contextmanager
+def _quiet_restore():
+    """orbax and asyncio log every failed read of a broken checkpoint (hundreds of lines around
+    the one cause); the caller reports the cause once."""
+    loggers = [logging.getLogger(n) for n in ("absl", "asyncio")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 class TrainCheckpointer:
@@ -49,27 +75,44 @@ class TrainCheckpointer:
 
     def _error(self, step: int, complete: int | None, e: Exception) -> CheckpointSaveError:
         self._failed = True
-        cause = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        cause = _first_line(e) or type(e).__name__
         return CheckpointSaveError(
             f"the checkpoint of step {step} in {self.directory} could not be written ({type(e).__name__}: "
             f"{cause}); last complete checkpoint: step {complete}. Once the storage is reachable (or has "
             "space) again, rerun the same command: it resumes from that checkpoint"
         )
 
-    def restore_latest(self, state):
-        """(restored state, its step) onto `state`'s shardings, or (state, 0) without a checkpoint."""
-        step = self.manager.latest_step()
-        if step is None:
-            return state, 0
+    def restore_latest(self, state, on_corrupt: str = "fail"):
+        """(restored state, its step) onto `state`'s shardings, or (state, 0) without a checkpoint.
+
+        An unreadable latest checkpoint (a truncated array file, a missing metadata file) is one
+        short paragraph: with on_corrupt='fallback' a warning, the checkpoint deleted (it would block
+        saving its step again) and the next older one tried; with 'fail' a CheckpointRestoreError."""
         abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-        restored = self.manager.restore(
-            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
-        )
-        if restored.meta["data_position"] != step:
-            raise ValueError(
-                f"checkpoint {step} in {self.directory} has data position {restored.meta['data_position']}"
-            )
-        return restored.state, step
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                with _quiet_restore():
+                    restored = self.manager.restore(
+                        step,
+                        args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
+                    )
+                if restored.meta["data_position"] != step:
+                    raise BadValueError(f"its data position is {restored.meta['data_position']}, not {step}")
+            except Exception as e:  # noqa: BLE001  any unreadable checkpoint, named below
+                cause = f"{type(e).__name__}: {_first_line(e)}"
+                where = self.directory / str(step)
+                if on_corrupt != "fallback":
+                    raise CheckpointRestoreError(
+                        f"the latest checkpoint {where} cannot be restored ({cause}). Rerun with "
+                        "--gin.train.on_corrupt_checkpoint=\"'fallback'\" to resume from the newest readable one "
+                        "(this one is then deleted), or delete it yourself"
+                    ) from e
+                log.warning("checkpoint %s cannot be restored (%s): deleting it and trying the one before", where,
+                            cause)  # fmt: skip
+                self.manager.delete(step)
+                continue
+            return restored.state, step
+        return state, 0
 
     def _args(self, step, state):
         return ocp.args.Composite(

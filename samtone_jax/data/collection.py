@@ -12,6 +12,7 @@ import hashlib
 import re
 
 from samtone_jax.data.records import ReadStats
+from samtone_jax.errors import BadValueError
 
 
 def normalize_text(text: str) -> str:
@@ -35,23 +36,35 @@ class RetrievalCollection:
     stats: ReadStats = dataclasses.field(default_factory=ReadStats)
 
     def pairs(self) -> list[tuple[str, str]]:
-        """Every (query id, document id) with relevance > 0 whose texts exist, in a stable order.
-
-        Judgements pointing at a missing query or document are counted in `stats`, not used.
-        """
+        """Every (query id, document id) with relevance > 0 whose texts exist, in a stable order
+        (judgements pointing at a missing query or document are counted by `check`, not used)."""
         out = []
         for qid in sorted(self.qrels):
             if qid not in self.queries:
-                self.stats["qrels_with_missing_query"] += len(self.qrels[qid])
                 continue
             for did, relevance in sorted(self.qrels[qid].items()):
-                if relevance <= 0:
-                    continue
-                if did not in self.corpus:
-                    self.stats["qrels_with_missing_document"] += 1
-                    continue
-                out.append((qid, did))
+                if relevance > 0 and did in self.corpus:
+                    out.append((qid, did))
         return out
+
+    def check(self, what: str) -> None:
+        """ValueError for a collection nothing can be trained or scored on (no documents, no queries,
+        no judgement of an existing pair); judgements that point at an unknown query or document
+        are counted in `stats` (reported as a warning), never scored."""
+        if not self.corpus:
+            raise BadValueError(f"{what}: the corpus has no documents (after dropping empty texts); check its files")
+        if not self.queries:
+            raise BadValueError(f"{what}: there are no queries (after dropping empty texts); check its files")
+        self.stats["qrels_with_missing_query"] = sum(len(r) for q, r in self.qrels.items() if q not in self.queries)
+        self.stats["qrels_with_missing_document"] = sum(
+            d not in self.corpus for q, r in self.qrels.items() if q in self.queries for d in r
+        )
+        if not self.pairs():
+            raise BadValueError(
+                f"{what}: no relevance judgement links an existing query to an existing document "
+                f"({sum(len(r) for r in self.qrels.values())} judgements read; "
+                f"{self.stats['qrels_with_missing_document']} point at unknown documents)"
+            )
 
     def texts(self) -> list[str]:
         """Every query then every document text, in id order: a stable input for a vocabulary."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 import seqio
 import tensorflow as tf
 
+from samtone_jax.errors import BadValueError
+
 EOS_ID = 1
 Spec = seqio.FeatureConverter.FeatureSpec
 
@@ -33,7 +35,7 @@ class DualEncoderFeatureConverter(seqio.FeatureConverter):
 
     def __init__(self, num_negatives: int = 0, **kwargs):
         if num_negatives < 0:
-            raise ValueError(f"num_negatives must be >= 0, got {num_negatives}")
+            raise BadValueError(f"num_negatives must be >= 0, got {num_negatives}")
         super().__init__(pack=False, apply_length_check=False, **kwargs)
         self.num_negatives = num_negatives
         self.TASK_FEATURES = {

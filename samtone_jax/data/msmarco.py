@@ -16,6 +16,7 @@ from __future__ import annotations
 from samtone_jax import paths
 from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.data.records import ReadStats, exists, read_jsonl, read_lines, read_tsv
+from samtone_jax.errors import BadValueError
 
 
 def read_qrels(path: str, stats: ReadStats, skip_bad_records: bool = False, header: bool = False):
@@ -27,11 +28,13 @@ def read_qrels(path: str, stats: ReadStats, skip_bad_records: bool = False, head
             return fields[0], fields[2], int(fields[3])
         if len(fields) == 3:
             return fields[0], fields[1], int(fields[2])
-        raise ValueError(f"expected 'qid Q0 docid rel' or 'qid docid rel', got {len(fields)} fields")
+        raise BadValueError(f"expected 'qid Q0 docid rel' or 'qid docid rel', got {len(fields)} fields")
 
     qrels: dict[str, dict[str, int]] = {}
     for qid, did, rel in read_lines(path, parse, stats, skip_bad_records, skip_first=header):
         qrels.setdefault(qid, {})[did] = rel
+    if not qrels:
+        raise BadValueError(f"{path} has no relevance judgements" + (" (a header line only?)" if header else ""))
     return qrels
 
 
@@ -47,6 +50,8 @@ def read_negatives(path: str, stats: ReadStats, skip_bad_records: bool = False) 
 def load_msmarco(directory: str, split: str, skip_bad_records: bool = False) -> RetrievalCollection:
     stats = ReadStats()
     corpus = dict(read_tsv(paths.join(directory, "collection.tsv"), 2, stats, skip_bad_records))
+    if not corpus:
+        raise BadValueError(f"{paths.join(directory, 'collection.tsv')} has no documents")
     queries = dict(read_tsv(paths.join(directory, f"queries.{split}.tsv"), 2, stats, skip_bad_records))
     qrels = read_qrels(paths.join(directory, f"qrels.{split}.tsv"), stats, skip_bad_records)
     negatives = {}
@@ -67,6 +72,8 @@ def load_beir(directory: str, split: str, skip_bad_records: bool = False, name: 
     for doc in read_jsonl(paths.join(directory, "corpus.jsonl"), stats, skip_bad_records, require=("_id", "text")):
         title = (doc.get("title") or "").strip()
         corpus[str(doc["_id"])] = f"{title} {doc['text']}".strip() if title else doc["text"]
+    if not corpus:
+        raise BadValueError(f"{paths.join(directory, 'corpus.jsonl')} has no documents")
     queries = {
         str(q["_id"]): q["text"]
         for q in read_jsonl(paths.join(directory, "queries.jsonl"), stats, skip_bad_records, require=("_id", "text"))

@@ -21,6 +21,7 @@ import json
 from samtone_jax import paths
 from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.data.records import BadRecordError, ReadStats, open_text, read_jsonl
+from samtone_jax.errors import BadValueError
 
 # Task suffix -> MRQA / MultiReQA dataset name, and whether MultiReQA has a training split.
 DATASETS = {
@@ -109,7 +110,7 @@ def official_paths(data_dir: str, suffix: str, split: str) -> tuple[str, str]:
     dataset, has_train = DATASETS[suffix]
     if split == "train":
         if not has_train:
-            raise ValueError(f"multireqa_{suffix} has no train split (MultiReQA ships it as test only)")
+            raise BadValueError(f"multireqa_{suffix} has no train split (MultiReQA ships it as test only)")
         mrqa, annotations = "train", "train"
     else:
         mrqa, annotations = "dev", ("dev" if has_train else "test")
@@ -152,7 +153,7 @@ def load_squad_dev(directory: str, squad_dev_json: str, split: str, skip_bad_rec
     duplicate-heavy setting of SamToNe's stated limitation (document-document negatives).
     """
     if split not in ("train", "test", "all"):
-        raise ValueError(f"multireqa_squad_dev has splits train, test, all; got {split!r}")
+        raise BadValueError(f"multireqa_squad_dev has splits train, test, all; got {split!r}")
     stats = ReadStats()
     corpus, queries, qrels, question_paragraph = {}, {}, {}, {}
     if not paragraphs:
@@ -169,7 +170,7 @@ def load_squad_dev(directory: str, squad_dev_json: str, split: str, skip_bad_rec
         corpus = {f"p{i}": text for i, text in enumerate(contexts)}
         bad = sorted({p for p in question_paragraph.values() if not 0 <= p < len(contexts)})
         if bad:
-            raise ValueError(
+            raise BadValueError(
                 f"{questions}: context_idx {bad[:5]} outside {squad_dev_json}'s {len(contexts)} paragraphs "
                 "(the two files are from different SQuAD releases)"
             )

@@ -25,6 +25,7 @@ import seqio
 import tensorflow as tf
 
 from samtone_jax.data.features import EOS_ID, DualEncoderFeatureConverter
+from samtone_jax.errors import BadValueError
 
 
 def train_dataset(
@@ -48,18 +49,18 @@ def train_dataset(
     and host count; `data_shards` V (default num_shards) as in the module docstring.
     """
     if batch_size <= 0 or query_length < 2 or doc_length < 2:
-        raise ValueError(f"batch_size ({batch_size}) must be > 0 and lengths ({query_length}, {doc_length}) >= 2")
+        raise BadValueError(f"batch_size ({batch_size}) must be > 0 and lengths ({query_length}, {doc_length}) >= 2")
     if not 0 <= shard_index < num_shards:
-        raise ValueError(f"shard_index {shard_index} must be in [0, {num_shards})")
+        raise BadValueError(f"shard_index {shard_index} must be in [0, {num_shards})")
     shards = data_shards or num_shards
     global_batch = batch_size * num_shards
     if shards % num_shards or global_batch % shards:
-        raise ValueError(
+        raise BadValueError(
             f"train.data_shards={shards} must be a multiple of the {num_shards} host(s) and divide the global batch "
             f"{global_batch}"
         )
     if shuffle_block_size < 1 or (shuffle_block_size > 1 and shards != 1):
-        raise ValueError(
+        raise BadValueError(
             f"train.shuffle_block_size={shuffle_block_size} must be >= 1, and > 1 needs train.data_shards=1 (a block "
             f"is a run of consecutive examples of the whole task); data_shards is {shards}"
         )
@@ -96,7 +97,7 @@ def _shard_batches(provider, converter, lengths, split, shard, shards, rows, see
     count = int(ds.reduce(np.int64(0), lambda n, _: n + 1))
     where = f"task {provider.name}/{split}" + (f" data shard {shard} of {shards}" if shards > 1 else "")
     if count < max(rows, block):
-        raise ValueError(f"{where} has {count} examples, fewer than its {rows} rows of every global batch")
+        raise BadValueError(f"{where} has {count} examples, fewer than its {rows} rows of every global batch")
     if block > 1:
         ds = ds.batch(block, drop_remainder=True)
         ds = ds.shuffle(count // block, seed=shard_seed, reshuffle_each_iteration=True).unbatch()

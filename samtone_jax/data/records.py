@@ -18,12 +18,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from samtone_jax import paths
+from samtone_jax.errors import BadValueError, MissingFileError
 
 log = logging.getLogger(__name__)
 
 
-class BadRecordError(ValueError):
+class BadRecordError(BadValueError):
     """A record that does not parse; the message starts with `file:line:`."""
+
+
+SKIP_HINT = (
+    "to skip and count bad lines: --skip_bad_records (samtone encode / mine / analyze / build-vocab / "
+    "data-stats) or gin `skip_bad_records.enabled = True` (train, eval, train-adore)"
+)
 
 
 class ReadStats(collections.Counter):
@@ -36,14 +43,20 @@ class ReadStats(collections.Counter):
 
 
 @contextlib.contextmanager
-def open_text(path: str) -> Iterator[io.TextIOBase]:
-    """A text stream over a local or gs:// file, gunzipped when it ends in .gz."""
+def open_binary(path: str) -> Iterator[io.BufferedIOBase]:
+    """A byte stream over a local or gs:// file, gunzipped when it ends in .gz."""
     try:
         raw = paths.as_path(path).open("rb")
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"{path} not found (check DATA_DIR / $SAMTONE_DATA_DIR)") from e
+        raise MissingFileError(f"{path} not found (check DATA_DIR / $SAMTONE_DATA_DIR)") from e
     with raw:
-        stream = gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
+        yield gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
+
+
+@contextlib.contextmanager
+def open_text(path: str) -> Iterator[io.TextIOBase]:
+    """A UTF-8 text stream over a local or gs:// file, gunzipped when it ends in .gz."""
+    with open_binary(path) as stream:
         yield io.TextIOWrapper(stream, encoding="utf-8")
 
 
@@ -58,19 +71,21 @@ def read_lines(
     skip_bad_records: bool = False,
     skip_first: bool = False,
 ) -> Iterator[Any]:
-    """Yield parse(line) for each non-empty line; a failure names file:line (or is counted)."""
-    with open_text(path) as f:
-        for number, line in enumerate(f, start=1):
-            if (skip_first and number == 1) or not line.strip():
-                continue
+    """Yield parse(line) for each non-empty line; a failure (bad UTF-8 included) names file:line
+    (or is counted). Lines are decoded one by one, inside the per-line check."""
+    with open_binary(path) as f:
+        for number, raw in enumerate(f, start=1):
             try:
-                yield parse(line.rstrip("\n"))
-            except (ValueError, KeyError, TypeError, IndexError) as e:
+                line = raw.decode("utf-8")
+                if (skip_first and number == 1) or not line.strip():
+                    continue
+                parsed = parse(line.rstrip("\r\n"))
+            except (ValueError, KeyError, TypeError, IndexError) as e:  # UnicodeDecodeError is a ValueError
                 if not skip_bad_records:
-                    raise BadRecordError(
-                        f"{path}:{number}: {type(e).__name__}: {e} (pass skip_bad_records=True to skip bad lines)"
-                    ) from e
+                    raise BadRecordError(f"{path}:{number}: {type(e).__name__}: {e} ({SKIP_HINT})") from e
                 stats["bad_records"] += 1
+                continue
+            yield parsed
 
 
 def read_jsonl(path: str, stats: ReadStats, skip_bad_records: bool = False, require=()) -> Iterator[dict]:
@@ -79,7 +94,7 @@ def read_jsonl(path: str, stats: ReadStats, skip_bad_records: bool = False, requ
     def parse(line: str) -> dict:
         record = json.loads(line)
         if not isinstance(record, dict):
-            raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+            raise BadValueError(f"expected a JSON object, got {type(record).__name__}")
         missing = [k for k in require if k not in record]
         if missing:
             raise KeyError(f"missing field(s) {missing}")
@@ -94,7 +109,7 @@ def read_tsv(path: str, columns: int, stats: ReadStats, skip_bad_records: bool =
     def parse(line: str) -> list[str]:
         fields = line.split("\t")
         if len(fields) != columns:
-            raise ValueError(f"expected {columns} tab-separated fields, got {len(fields)}")
+            raise BadValueError(f"expected {columns} tab-separated fields, got {len(fields)}")
         return fields
 
     yield from read_lines(path, parse, stats, skip_bad_records, skip_first=header)

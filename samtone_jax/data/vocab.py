@@ -13,6 +13,7 @@ import io
 from collections.abc import Iterable
 
 from samtone_jax import paths
+from samtone_jax.errors import BadValueError, MissingFileError, UnreachableError
 
 DEFAULT_VOCAB_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
 DEFAULT_EXTRA_IDS = 100
@@ -58,7 +59,15 @@ def _local_model_file(path: str) -> str:
     try:
         data = paths.as_path(path).read_bytes()
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"vocabulary {path} not found: check VOCABULARY / --vocabulary") from e
+        raise MissingFileError(f"vocabulary {path} not found: check VOCABULARY / --vocabulary") from e
+    except Exception as e:  # network / credentials: say which binding chose this file
+        default = (
+            " (T5's public vocabulary: train.vocabulary / VOCABULARY is not set)" if path == DEFAULT_VOCAB_PATH else ""
+        )
+        raise UnreachableError(
+            f"could not read the vocabulary {path}{default}: {type(e).__name__}: {str(e)[:200]}; offline, set "
+            "VOCABULARY (or --vocabulary) to a local SentencePiece model (samtone build-vocab makes one)"
+        ) from e
     local = paths.as_path(tempfile.gettempdir()) / "samtone_jax-vocab" / f"{hashlib.sha1(data).hexdigest()}.model"
     if not local.exists():
         write_atomic(local, data)
@@ -71,7 +80,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, out: str | None =
     import sentencepiece as spm
 
     if vocab_size < 8:
-        raise ValueError(f"--vocab_size must be at least 8, got {vocab_size}")
+        raise BadValueError(f"--vocab_size must be at least 8, got {vocab_size}")
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts),

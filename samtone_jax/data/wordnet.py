@@ -17,6 +17,7 @@ import re
 from samtone_jax import paths
 from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.data.records import ReadStats, read_lines
+from samtone_jax.errors import BadValueError, MissingFileError
 
 FILES = {"noun": "n", "verb": "v", "adj": "a", "adv": "r"}
 DEFAULT_DIR = "/usr/share/wordnet"
@@ -35,14 +36,14 @@ def parse_data_line(line: str, pos: str) -> dict | None:
     fields = head.split()
     offset, ss_type, w_cnt = fields[0], fields[2], int(fields[3], 16)
     if not offset.isdigit() or len(offset) != 8:
-        raise ValueError(f"synset offset {offset!r} is not 8 digits")
+        raise BadValueError(f"synset offset {offset!r} is not 8 digits")
     words = fields[4 : 4 + 2 * w_cnt : 2]
     if len(words) != w_cnt:
-        raise ValueError(f"expected {w_cnt} words, found {len(words)}")
+        raise BadValueError(f"expected {w_cnt} words, found {len(words)}")
     lemmas = [_ADJ_MARKER.sub("", w).replace("_", " ") for w in words]
     p_cnt = int(fields[4 + 2 * w_cnt])
     if len(fields) < 5 + 2 * w_cnt + 4 * p_cnt:
-        raise ValueError(f"expected {p_cnt} pointers")
+        raise BadValueError(f"expected {p_cnt} pointers")
     gloss = gloss.strip()
     # Examples are the double-quoted strings (they may contain "; "); the definition is what
     # precedes the first quoted example that follows a "; ".
@@ -64,7 +65,7 @@ def read_synsets(directory: str = DEFAULT_DIR, stats: ReadStats | None = None, s
     for pos in FILES:
         path = paths.join(directory, f"data.{pos}")
         if not paths.as_path(path).exists():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{path} not found: install Debian's wordnet-base (apt-get install wordnet-base) "
                 "or set WORDNET_DIR to a folder with data.noun, data.verb, data.adj, data.adv"
             )

@@ -22,6 +22,7 @@ import numpy as np
 
 from samtone_jax import paths
 from samtone_jax.atomic_file import atomic_open, write_atomic
+from samtone_jax.errors import BadValueError, MissingFileError
 
 log = logging.getLogger(__name__)
 
@@ -63,16 +64,16 @@ def encode_to_shards(
     from tqdm import tqdm
 
     if len(ids) != len(texts):
-        raise ValueError(f"{len(ids)} ids but {len(texts)} texts")
+        raise BadValueError(f"{len(ids)} ids but {len(texts)} texts")
     if shard_size < 1:
-        raise ValueError(f"shard_size must be positive, got {shard_size}")
+        raise BadValueError(f"shard_size must be positive, got {shard_size}")
     manifest = _manifest(ids, texts, shard_size, fingerprint or {})
     path = paths.as_path(out_dir) / MANIFEST
     if path.exists():
         previous = json.loads(path.read_text())
         if previous != manifest:
             differ = sorted(k for k in manifest if previous.get(k) != manifest[k])
-            raise ValueError(
+            raise BadValueError(
                 f"{out_dir} holds embeddings of something else (differs in {', '.join(differ)}); "
                 "remove the folder or choose another output"
             )
@@ -90,7 +91,7 @@ def encode_to_shards(
             lo, hi = i * shard_size, min((i + 1) * shard_size, len(ids))
             embeddings = np.asarray(encode(texts[lo:hi]), np.float32)
             if len(embeddings) != hi - lo or not np.isfinite(embeddings).all():
-                raise ValueError(f"{description}: shard {i} has non-finite or missing embeddings; nothing written")
+                raise BadValueError(f"{description}: shard {i} has non-finite or missing embeddings; nothing written")
             with atomic_open(_shard_path(out_dir, i, count)) as f:
                 np.savez(f, embeddings=embeddings, ids=np.asarray(ids[lo:hi], dtype=str))
             bar.update(hi - lo)
@@ -102,24 +103,24 @@ def load_shards(out_dir: str) -> tuple[list[str], np.ndarray]:
     shards when an encoding is incomplete."""
     path = paths.as_path(out_dir) / MANIFEST
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: {out_dir} is not an embedding folder (samtone encode writes one)")
+        raise MissingFileError(f"{path} not found: {out_dir} is not an embedding folder (samtone encode writes one)")
     manifest = json.loads(path.read_text())
     count = manifest["shards"]
     present = {p.name for p in paths.as_path(out_dir).glob("shard-*.npz")}  # one listing, not one request a shard
     missing = [i for i in range(count) if _shard_path(out_dir, i, count).name not in present]
     if missing:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{out_dir}: {len(missing)} of {count} shards missing (first: {missing[:5]}); the encoding is "
             "incomplete: rerun the same command to finish it"
         )
     stale = present - {_shard_path(out_dir, i, count).name for i in range(count)}
     if stale:
-        raise ValueError(f"{out_dir} has shard files of another shard layout: {sorted(stale)[:3]}")
+        raise BadValueError(f"{out_dir} has shard files of another shard layout: {sorted(stale)[:3]}")
     ids, parts = [], []
     for i in range(count):
         with _shard_path(out_dir, i, count).open("rb") as f, np.load(f) as shard:
             ids.extend(shard["ids"].tolist())
             parts.append(shard["embeddings"])
     if len(ids) != manifest["rows"]:
-        raise ValueError(f"{out_dir}: shards hold {len(ids)} rows, the manifest says {manifest['rows']}")
+        raise BadValueError(f"{out_dir}: shards hold {len(ids)} rows, the manifest says {manifest['rows']}")
     return ids, np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)

@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from samtone_jax import partitioning
 from samtone_jax.data.pipeline import encode_texts as tokenize
+from samtone_jax.errors import BadValueError
 from samtone_jax.models import init_params
 
 SIDES = ("query", "document")
@@ -31,7 +32,7 @@ def _compiled(model, side: str):
     """One jitted apply per (model, side), shared by every TextEncoder of that model (the training
     hook re-encodes with new parameters without recompiling)."""
     if side not in SIDES:
-        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+        raise BadValueError(f"side must be one of {SIDES}, got {side!r}")
     method = model.encode_queries if side == "query" else model.encode_documents
     return jax.jit(functools.partial(model.apply, method=method))
 
@@ -41,7 +42,7 @@ class TextEncoder:
 
     def __init__(self, model, params, vocabulary, mesh=None, batch_size: int = 256, length_buckets: int = 8):
         if length_buckets < 1:
-            raise ValueError(f"length_buckets must be >= 1 (1 = always the full length), got {length_buckets}")
+            raise BadValueError(f"length_buckets must be >= 1 (1 = always the full length), got {length_buckets}")
         self.model, self.vocabulary, self.mesh, self.length_buckets = model, vocabulary, mesh, length_buckets
         devices = 1 if mesh is None else mesh.shape["data"]
         self.batch_size = -(-max(batch_size, 1) // devices) * devices  # a multiple of the data devices

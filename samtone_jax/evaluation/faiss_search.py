@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from samtone_jax.errors import BadValueError
+
 
 def _import_faiss():
     try:
@@ -44,13 +46,13 @@ def faiss_top_k(
         nlist = nlist or max(1, min(int(4 * np.sqrt(n)), n // 39))  # faiss wants >= 39 points per centroid
         pq_m = pq_m or max(m for m in range(1, d // 4 + 1) if d % m == 0)
         if d % pq_m:
-            raise ValueError(f"pq_m={pq_m} must divide the embedding dimension {d}")
+            raise BadValueError(f"pq_m={pq_m} must divide the embedding dimension {d}")
         search_index = faiss.IndexIVFPQ(faiss.IndexFlatIP(d), d, nlist, pq_m, 8, faiss.METRIC_INNER_PRODUCT)
         sample = np.random.default_rng(seed).permutation(n)[: max(nlist * 256, 10000)]
         search_index.train(corpus[np.sort(sample)])
         search_index.nprobe = nprobe
     else:
-        raise ValueError(f"unknown faiss index {index!r}; choose 'flat' or 'ivfpq'")
+        raise BadValueError(f"unknown faiss index {index!r}; choose 'flat' or 'ivfpq'")
     search_index.add(corpus)
     scores, ids = search_index.search(queries, k)
     if index == "flat":  # ties by lower index, as the on-device search

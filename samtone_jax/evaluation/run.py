@@ -89,10 +89,10 @@ def evaluate(model_dir: str = gin.REQUIRED, task: str = gin.REQUIRED, split: str
 
     from samtone_jax import inference, partitioning, tasks
 
+    collection = tasks.load(task, split)  # bad data fails here, before the model is loaded
     mesh = partitioning.create_mesh(devices=jax.local_devices())
     encoder = inference.load(model_dir, step=step, vocabulary=vocabulary, query_length=query_length,
                              doc_length=doc_length, mesh=mesh)  # fmt: skip
-    collection = tasks.load(task, split)
     name = f"{task}_{split}_step{encoder.step}"
     out = paths.as_path(model_dir) / "eval"
     embeddings_dir = str(out / "embeddings" / name)
@@ -105,7 +105,7 @@ def evaluate(model_dir: str = gin.REQUIRED, task: str = gin.REQUIRED, split: str
         record = {"task": task, "split": split, "step": encoder.step, "queries": len(run),
                   "corpus": len(collection.corpus), "k": k, "backend": backend, "metrics": results,
                   "trec": name + ".trec", "per_query": metrics.per_query(collection.qrels, run, measures)}  # fmt: skip
-        write_atomic(out / f"{name}.json", json.dumps(record, indent=1))
+        write_atomic(out / f"{name}.json", json.dumps(record, indent=1, allow_nan=False))  # valid JSON or none
         print(f"{task}/{split} step {encoder.step}: {len(run):,} queries, {len(collection.corpus):,} documents "
               f"-> {out}/{name}.json")  # fmt: skip
         print(format_table(results))

@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from samtone_jax.errors import BadValueError
 from samtone_jax.evaluation import native_top_k
 
 
@@ -36,7 +37,7 @@ SELECTIONS = ("auto", "native", "lax")
 def _use_native(selection: str, recall_target: float | None) -> bool:
     """Whether chunks merge with the native CPU kernel (on CPU devices; others always use lax)."""
     if selection not in SELECTIONS:
-        raise ValueError(f"unknown top-k selection {selection!r}; choose one of {SELECTIONS}")
+        raise BadValueError(f"unknown top-k selection {selection!r}; choose one of {SELECTIONS}")
     if selection == "lax" or recall_target is not None:
         return False
     if selection == "auto" and jax.default_backend() != "cpu":  # TPU / GPU hosts: no compiler run, no warning
@@ -128,7 +129,7 @@ class ExactIndex:
                  recall_target: float | None = None, selection: str = "auto"):  # fmt: skip
         corpus = np.asarray(corpus, np.float32)
         if corpus.ndim != 2:
-            raise ValueError(f"the corpus must be [N, D] embeddings, got shape {corpus.shape}")
+            raise BadValueError(f"the corpus must be [N, D] embeddings, got shape {corpus.shape}")
         _use_native(selection, recall_target)  # a bad `selection` fails here, not at the first search
         self.n, self.dim, self.mesh, self.query_batch = len(corpus), corpus.shape[1], mesh, query_batch
         devices = 1 if mesh is None else mesh.shape["data"]
@@ -146,7 +147,7 @@ class ExactIndex:
         """(scores [Q, k] float32, corpus indices [Q, k] int32), best first, ties by lower index."""
         queries = np.asarray(queries, np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
-            raise ValueError(f"queries must be [Q, {self.dim}] to search this corpus, got shape {queries.shape}")
+            raise BadValueError(f"queries must be [Q, {self.dim}] to search this corpus, got shape {queries.shape}")
         k = min(k, self.n)
         out_scores, out_ids = [], []
         for start in range(0, len(queries), self.query_batch):
@@ -189,4 +190,4 @@ def top_k(queries: np.ndarray, corpus: np.ndarray, k: int = 100, backend: str = 
 
         index = "flat" if backend == "faiss" else "ivfpq"
         return faiss_search.faiss_top_k(queries, corpus, k, index=index, **options)
-    raise ValueError(f"unknown search backend {backend!r} (gin evaluate.backend); choose one of {BACKENDS}")
+    raise BadValueError(f"unknown search backend {backend!r} (gin evaluate.backend); choose one of {BACKENDS}")

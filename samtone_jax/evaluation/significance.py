@@ -13,6 +13,7 @@ import json
 import numpy as np
 
 from samtone_jax import paths as path_layer
+from samtone_jax.errors import BadValueError, MissingFileError
 
 # Random draws are made in (chunk x queries) blocks of about this many elements (32 MiB as float64),
 # so 10k queries x 10k trials never needs the full matrix.
@@ -28,7 +29,9 @@ def _chunks(total: int, width: int):
 def _differences(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.ndim != 1 or a.shape != b.shape or a.size == 0:
-        raise ValueError(f"need two non-empty per-query score vectors of equal shape [Q], got {a.shape} and {b.shape}")
+        raise BadValueError(
+            f"need two non-empty per-query score vectors of equal shape [Q], got {a.shape} and {b.shape}"
+        )
     return a - b
 
 
@@ -71,7 +74,7 @@ def paired_bootstrap_test(a: np.ndarray, b: np.ndarray, samples: int = 10000, se
     """
     d = _differences(a, b)
     if d.size < 2:
-        raise ValueError("the bootstrap test needs at least 2 queries")
+        raise BadValueError("the bootstrap test needs at least 2 queries")
     scale = float(np.abs(d).max())
     if scale == 0.0:
         return 1.0
@@ -92,13 +95,13 @@ def load_eval(path: str) -> dict:
     """One `samtone eval` JSON (with its "per_query" scores), with errors that name the file."""
     file = path_layer.as_path(path)
     if not file.is_file():
-        raise FileNotFoundError(f"eval file not found: {file}")
+        raise MissingFileError(f"eval file not found: {file}")
     try:
         data = json.loads(file.read_text())
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON ({e}); expected a `samtone eval` result") from None
+        raise BadValueError(f"{path} is not valid JSON ({e}); expected a `samtone eval` result") from None
     if not isinstance(data, dict) or not isinstance(data.get("per_query"), dict):
-        raise ValueError(
+        raise BadValueError(
             f"{path} has no per-query scores ('per_query'): it was written by an older samtone eval; "
             "rerun `samtone eval` to get them"
         )
@@ -120,13 +123,13 @@ def _query_ids(measure: str, runs: list[dict], labels: list[str], baseline: int,
     for label, run in zip(labels, runs, strict=True):
         own = set(run["per_query"][measure])
         if own != base and not allow_partial:
-            raise ValueError(
+            raise BadValueError(
                 f"{label} and the baseline {labels[baseline]} scored different queries for {measure}: "
                 f"{len(own - base)} only in {label}, {len(base - own)} only in the baseline; pass "
                 f"allow_partial=True to compare on the {len(shared)} queries all runs share"
             )
     if not shared:
-        raise ValueError(f"the runs share no query scored for {measure}")
+        raise BadValueError(f"the runs share no query scored for {measure}")
     return sorted(shared)
 
 
@@ -146,21 +149,21 @@ def compare(
     {"mean", "diff" (mean - baseline mean), "p"} for the others, all over the same Q queries.
     """
     if test not in TESTS:
-        raise ValueError(f"unknown test {test!r}; available: {', '.join(TESTS)}")
+        raise BadValueError(f"unknown test {test!r}; available: {', '.join(TESTS)}")
     if len(paths) < 2:
-        raise ValueError("compare needs at least two eval files")
+        raise BadValueError("compare needs at least two eval files")
     if not 0 <= baseline < len(paths):
-        raise ValueError(f"baseline index {baseline} is out of range for {len(paths)} files")
+        raise BadValueError(f"baseline index {baseline} is out of range for {len(paths)} files")
     runs = [load_eval(p) for p in paths]
     keys = [(r.get("task"), r.get("split")) for r in runs]
     if len(set(keys)) > 1:
         found = ", ".join(f"{p}: {t}/{s}" for p, (t, s) in zip(paths, keys, strict=True))
-        raise ValueError(f"the eval files are for different task/split pairs ({found}); compare runs of one split")
+        raise BadValueError(f"the eval files are for different task/split pairs ({found}); compare runs of one split")
     available = [m for m in runs[baseline]["per_query"] if all(m in r["per_query"] for r in runs)]
     measures = list(available if measures is None else measures)
     unknown = [m for m in measures if m not in available]
     if unknown or not measures:
-        raise ValueError(f"unknown measure(s) {unknown}; available in all files: {', '.join(available)}")
+        raise BadValueError(f"unknown measure(s) {unknown}; available in all files: {', '.join(available)}")
     labels = short_labels(paths)
     result = {"task": keys[0][0], "split": keys[0][1], "test": test, "trials": trials, "seed": seed,
               "baseline": baseline, "labels": labels, "paths": list(paths), "queries": {}, "measures": {}}  # fmt: skip

@@ -14,6 +14,7 @@ import time
 import gin
 
 from samtone_jax.data.pipeline import encode_texts as tokenize
+from samtone_jax.errors import BadValueError
 from samtone_jax.evaluation import metrics, search
 from samtone_jax.evaluation.encode import TextEncoder
 
@@ -30,7 +31,7 @@ class RetrievalEval:
 
         collection = tasks.load(task, split)
         if not collection.queries or not collection.corpus:
-            raise ValueError(f"train.retrieval_eval_task={task!r} split {split!r} has no queries or no documents")
+            raise BadValueError(f"train.retrieval_eval_task={task!r} split {split!r} has no queries or no documents")
         query_ids = sorted(q for q in collection.queries if collection.qrels.get(q))
         if max_queries and len(query_ids) > max_queries:  # an evenly spaced, fixed sample
             query_ids = query_ids[:: len(query_ids) // max_queries][:max_queries]

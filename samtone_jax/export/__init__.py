@@ -21,6 +21,7 @@ import numpy as np
 
 from samtone_jax import __version__, paths
 from samtone_jax.atomic_file import atomic_directory
+from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def _check_embeddings(encoder, embed_queries, embed_documents, texts) -> float:
         cos = np.sum(ours * np.asarray(theirs, np.float32), axis=1)
         worst = min(worst, float(cos.min()))
     if worst < MIN_COSINE:
-        raise ValueError(f"the exported model's embeddings differ from ours (min cosine {worst:.6f} < {MIN_COSINE}) "
+        raise BadValueError(f"the exported model's embeddings differ from ours (min cosine {worst:.6f} < {MIN_COSINE}) "
                          "on the probe texts; the export was not written")  # fmt: skip
     return worst
 
@@ -127,15 +128,15 @@ def export(checkpoint: str, fmt: str, dst: str, *, step: int | None = None, voca
     from samtone_jax.export.model_card import model_card
 
     if fmt not in FORMATS:
-        raise ValueError(f"--format={fmt!r}: choose one of {FORMATS}")
+        raise BadValueError(f"--format={fmt!r}: choose one of {FORMATS}")
     paths.check_bucket(dst, "--dst")
     dst = paths.as_path(dst)
     if dst.exists() and not overwrite:  # before the slow part
-        raise FileExistsError(f"{dst} already exists; choose another --dst or pass --overwrite")
+        raise ExistingFileError(f"{dst} already exists; choose another --dst or pass --overwrite")
     hf_logging.disable_progress_bar()
     encoder = inference.load(checkpoint, step=step, vocabulary=vocabulary)
     if encoder.vocabulary.sp_model is None:  # seqio loads lazily: fail here, naming the file
-        raise FileNotFoundError(f"the vocabulary of {checkpoint} could not be read")
+        raise MissingFileError(f"the vocabulary of {checkpoint} could not be read")
     probes = tokenizer_lib.probe_texts()
     tokenizer = tokenizer_lib.t5_tokenizer(encoder.vocabulary, max(encoder.query_length, encoder.doc_length))
     for length in {encoder.query_length, encoder.doc_length}:

@@ -11,6 +11,7 @@ import numpy as np
 
 from samtone_jax.checkpoints.hf import _locate
 from samtone_jax.checkpoints.source import _flatten, _stored_shape
+from samtone_jax.errors import BadValueError
 from samtone_jax.models import T5Config
 
 _FEED_FORWARD = {("relu",): "relu", ("gelu", "linear"): "gated-gelu"}
@@ -22,7 +23,7 @@ def hf_config(config: T5Config):
 
     activation = _FEED_FORWARD.get(tuple(config.mlp_activations))
     if activation is None:
-        raise ValueError(
+        raise BadValueError(
             f"T5Config.mlp_activations={config.mlp_activations} has no Hugging Face equivalent (relu or gated-gelu)"
         )
     return transformers.T5Config(
@@ -65,7 +66,7 @@ def write_t5_encoder(tower: dict, config: T5Config, folder: str) -> None:
     state = {k: torch.from_numpy(v) for k, v in hf_state_dict(tower).items()}
     expected = set(model.state_dict())
     if set(state) != expected:
-        raise ValueError(
+        raise BadValueError(
             f"tower does not match T5EncoderModel: missing {sorted(expected - set(state))[:5]}, "
             f"unexpected {sorted(set(state) - expected)[:5]}"
         )

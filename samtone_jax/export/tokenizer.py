@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 import string
 
+from samtone_jax.errors import BadValueError
+
 PROBE_TEXTS = [
     "A small dog barked at the mailman.",
     "  leading, trailing   and   repeated   spaces  ",
@@ -56,7 +58,7 @@ def check_parity(tokenizer, vocabulary, texts: list[str], length: int) -> None:
     for text, a, b in zip(texts, ours, theirs, strict=True):
         a = [int(x) for x in a if x != 0]
         if a != list(b):
-            raise ValueError(
+            raise BadValueError(
                 f"the converted tokenizer disagrees with the SentencePiece vocabulary on {text!r}: "
                 f"ours {a[:12]}, transformers {list(b)[:12]}; the export was not written"
             )

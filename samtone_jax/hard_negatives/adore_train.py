@@ -26,6 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 from samtone_jax import partitioning, paths
 from samtone_jax.atomic_file import write_atomic
+from samtone_jax.errors import BadValueError
 from samtone_jax.hard_negatives.adore import adore_loss_local
 from samtone_jax.models import DualEncoder, init_params
 
@@ -53,7 +54,7 @@ def ade_params(architecture: str, params) -> dict:
 def quantize_index(embeddings: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray | None]:
     """(stored rows, per-row scale for int8 else None): int8 keeps round(x / s · 127) with s = max|x|."""
     if dtype not in INDEX_DTYPES:
-        raise ValueError(f"train_adore.index_dtype={dtype!r}: choose one of {INDEX_DTYPES}")
+        raise BadValueError(f"train_adore.index_dtype={dtype!r}: choose one of {INDEX_DTYPES}")
     if dtype == "float32":
         return embeddings.astype(np.float32), None
     if dtype == "bfloat16":
@@ -120,7 +121,7 @@ def train_adore(model_dir: str = gin.REQUIRED, init_checkpoint: str = gin.REQUIR
     mesh = partitioning.create_mesh()
     devices = mesh.shape["data"]
     if batch_size % devices:
-        raise ValueError(f"train_adore.batch_size={batch_size} must be divisible by the {devices} data devices")
+        raise BadValueError(f"train_adore.batch_size={batch_size} must be divisible by the {devices} data devices")
     paths.check_bucket(model_dir, "train_adore.model_dir")
     model_dir = paths.as_path(model_dir)
     source = inference.load(init_checkpoint, mesh=partitioning.create_mesh(devices=jax.local_devices()))
@@ -175,7 +176,7 @@ def train_adore(model_dir: str = gin.REQUIRED, init_checkpoint: str = gin.REQUIR
     progress = ProgressLogger(model_dir, train_steps, batch_size, log_every, checkpointer)
     per_epoch = len(tokens) // batch_size
     if per_epoch == 0:
-        raise ValueError(f"{task}/{split} has {len(tokens)} training queries, fewer than batch_size={batch_size}")
+        raise BadValueError(f"{task}/{split} has {len(tokens)} training queries, fewer than batch_size={batch_size}")
     try:
         for step in range(start, train_steps):
             epoch, position = divmod(step, per_epoch)  # epoch e's order is seeded by (seed, e): resumable

@@ -16,6 +16,7 @@ import logging
 import numpy as np
 
 from samtone_jax.atomic_file import atomic_open, write_atomic
+from samtone_jax.errors import BadValueError
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +42,11 @@ def select_negatives(
     positives: each query's relevant indices, positive_scores [Q]: the score of its (best) positive.
     """
     if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        raise BadValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if not 0 <= range_min < (range_max or ranked.shape[1] + 1):
-        raise ValueError(f"need 0 <= range_min < range_max; got [{range_min}, {range_max})")
+        raise BadValueError(f"need 0 <= range_min < range_max; got [{range_min}, {range_max})")
     if relative_margin is not None and not 0.0 <= relative_margin < 1.0:
-        raise ValueError(f"relative_margin must be in [0, 1); got {relative_margin}")
+        raise BadValueError(f"relative_margin must be in [0, 1); got {relative_margin}")
     rng = np.random.default_rng(seed)
     out = []
     for row, row_scores, gold, gold_score in zip(ranked, scores, positives, positive_scores, strict=True):
@@ -103,7 +104,7 @@ def mine(collection, out: str, *, encoder=None, num_negatives: int = 8, range_mi
     keep = [i for i, p in enumerate(positives) if p]
     query_ids, positives = [query_ids[i] for i in keep], [positives[i] for i in keep]
     if not query_ids:
-        raise ValueError(f"{collection.name}: no query has a relevant document in the corpus; nothing to mine")
+        raise BadValueError(f"{collection.name}: no query has a relevant document in the corpus; nothing to mine")
     queries, corpus = [collection.queries[q] for q in query_ids], [collection.corpus[d] for d in doc_ids]
     if encoder is None:
         ranked, scores, gold = _bm25_candidates(queries, corpus, positives, range_max)

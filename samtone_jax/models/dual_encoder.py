@@ -19,6 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from samtone_jax.errors import BadValueError
 from samtone_jax.models.t5 import PAD_ID, T5Config, T5Encoder, _fan_in_init, _param
 
 ARCHITECTURES = ("sde", "ade", "ade_spl")
@@ -82,13 +83,13 @@ class DualEncoder(nn.Module):
 
     def setup(self):
         if self.architecture not in ARCHITECTURES:
-            raise ValueError(
+            raise BadValueError(
                 f"DualEncoder.architecture={self.architecture!r}: must be one of {ARCHITECTURES} "
                 "(gin: include one of gin_configs/architectures/*.gin)"
             )
         if self.learnable_temperature is not None:
             if not self.learnable_temperature > 0:
-                raise ValueError(f"DualEncoder.learnable_temperature must be > 0, got {self.learnable_temperature}")
+                raise BadValueError(f"DualEncoder.learnable_temperature must be > 0, got {self.learnable_temperature}")
             self.log_temperature = self.param(
                 "log_temperature",
                 nn.with_logical_partitioning(nn.initializers.constant(jnp.log(self.learnable_temperature)), ()),

@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from samtone_jax.errors import BadValueError
+
 Dtype = Any
 
 PAD_ID = 0
@@ -71,15 +73,15 @@ class T5Config:
         for name in ("vocab_size", "emb_dim", "num_heads", "num_layers", "head_dim", "mlp_dim"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value <= 0:
-                raise ValueError(f"T5Config.{name} must be a positive integer, got {value!r}")
+                raise BadValueError(f"T5Config.{name} must be a positive integer, got {value!r}")
         unknown = [a for a in self.mlp_activations if a not in _ACTIVATIONS]
         if not self.mlp_activations or unknown:
-            raise ValueError(
+            raise BadValueError(
                 f"T5Config.mlp_activations={self.mlp_activations!r}: each must be one of "
                 f"{sorted(_ACTIVATIONS)} (T5.1.1: ('gelu', 'linear'); T5 1.0: ('relu',))"
             )
         if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"T5Config.dropout_rate must be in [0, 1), got {self.dropout_rate}")
+            raise BadValueError(f"T5Config.dropout_rate must be in [0, 1), got {self.dropout_rate}")
         for name in ("dtype", "param_dtype"):
             jnp.dtype(getattr(self, name))  # raises TypeError naming the bad dtype
 
@@ -250,7 +252,7 @@ class T5Encoder(nn.Module):
     def __call__(self, tokens: jax.Array, deterministic: bool = True) -> jax.Array:
         cfg = self.config
         if tokens.ndim != 2:
-            raise ValueError(f"T5Encoder expects token ids [batch, length], got shape {tokens.shape}")
+            raise BadValueError(f"T5Encoder expects token ids [batch, length], got shape {tokens.shape}")
         dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         embedding = _param(
             self,

@@ -27,6 +27,7 @@ import gin
 from samtone_jax import paths
 from samtone_jax.data import msmarco, multireqa, wordnet
 from samtone_jax.data.collection import RetrievalCollection
+from samtone_jax.errors import BadValueError
 
 BEIR_DATASETS = (
     "arguana", "climate-fever", "cqadupstack", "dbpedia-entity", "fever", "fiqa", "hotpotqa", "msmarco",
@@ -39,7 +40,7 @@ def data_dir(path: str | None = None) -> str:
     """The data root: gin `data_dir.path`, else $SAMTONE_DATA_DIR."""
     path = path or os.environ.get("SAMTONE_DATA_DIR")
     if not path:
-        raise ValueError("no data root: set DATA_DIR in gin (data_dir.path = %DATA_DIR) or $SAMTONE_DATA_DIR")
+        raise BadValueError("no data root: set DATA_DIR in gin (data_dir.path = %DATA_DIR) or $SAMTONE_DATA_DIR")
     return path
 
 
@@ -53,6 +54,13 @@ def hard_negatives_file(path: str | None = None) -> str | None:
     """A mined negatives file (`samtone mine`: 'qid \\t did,did,...' or JSON lines) that replaces the
     hard negatives of every task loaded (gin: hard_negatives_file.path = %HARD_NEGATIVES)."""
     return path
+
+
+@gin.configurable
+def skip_bad_records(enabled: bool = False) -> bool:
+    """Skip (and count) malformed lines in every task's files instead of stopping at the first one
+    (gin `skip_bad_records.enabled = True`: train, eval, train-adore; CLI: --skip_bad_records)."""
+    return enabled
 
 
 TEST_FRACTION_WORDNET = 0.1
@@ -127,18 +135,21 @@ def _load_cached(name: str, split: str, skip_bad_records: bool, root_key: str, n
             collection.stats["negatives_with_missing_document"] += missing
         collection.hard_negatives = {q: [d for d in ds if d in collection.corpus]
                                      for q, ds in mined.items() if q in collection.queries}  # fmt: skip
+    collection.check(f"{name}/{split}")
     collection.stats.report(f"{name}/{split}")
     return collection
 
 
-def load(name: str, split: str, skip_bad_records: bool = False) -> RetrievalCollection:
-    """The RetrievalCollection behind task `name` (cached per process and data root)."""
+def load(name: str, split: str, skip_bad: bool | None = None) -> RetrievalCollection:
+    """The RetrievalCollection behind task `name` (cached per process and data root); `skip_bad`
+    None: gin's `skip_bad_records.enabled`."""
+    skip_bad = skip_bad_records() if skip_bad is None else skip_bad
     if name not in LOADERS:
-        raise ValueError(f"unknown task {name!r}; registered tasks: {', '.join(task_names())}")
+        raise BadValueError(f"unknown task {name!r}; registered tasks: {', '.join(task_names())}")
     _, splits, _ = LOADERS[name]
     if split not in splits:
-        raise ValueError(f"task {name!r} has splits {splits}; got {split!r}")
-    return _load_cached(name, split, skip_bad_records, root_of(name), hard_negatives_file())
+        raise BadValueError(f"task {name!r} has splits {splits}; got {split!r}")
+    return _load_cached(name, split, skip_bad, root_of(name), hard_negatives_file())
 
 
 def root_of(name: str) -> str:

@@ -18,6 +18,7 @@ import tensorflow as tf
 from samtone_jax import tasks
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.collection import text_id
+from samtone_jax.errors import BadValueError
 
 MIXTURES = {
     # The five MultiReQA datasets with training data, equally weighted (MultiReQA's "all" model).
@@ -28,9 +29,13 @@ MIXTURES = {
 }  # fmt: skip
 
 
-def examples(name: str, split: str, num_negatives: int = 0, skip_bad_records: bool = False) -> dict[str, np.ndarray]:
-    """Column arrays of the task's training examples (cached per data root); see `_examples`."""
-    return _examples(name, split, num_negatives, skip_bad_records, tasks.root_of(name), tasks.hard_negatives_file())
+def examples(
+    name: str, split: str, num_negatives: int = 0, skip_bad_records: bool | None = None
+) -> dict[str, np.ndarray]:
+    """Column arrays of the task's training examples (cached per data root); see `_examples`.
+    skip_bad_records None: gin's `skip_bad_records.enabled`."""
+    skip = tasks.skip_bad_records() if skip_bad_records is None else skip_bad_records
+    return _examples(name, split, num_negatives, skip, tasks.root_of(name), tasks.hard_negatives_file())
 
 
 @functools.lru_cache(maxsize=16)
@@ -46,7 +51,7 @@ def _examples(name: str, split: str, num_negatives: int, skip_bad_records: bool,
     if num_negatives:
         short = sum(len(collection.hard_negatives.get(q, [])) < num_negatives for q, _ in pairs)
         if short == len(pairs):
-            raise ValueError(f"task {name}/{split}: no query has {num_negatives} hard negatives (NUM_NEGATIVES)")
+            raise BadValueError(f"task {name}/{split}: no query has {num_negatives} hard negatives (NUM_NEGATIVES)")
         if short:
             collection.stats["pairs_without_enough_negatives"] += short
             collection.stats.report(f"{name}/{split}")

@@ -1,0 +1,272 @@
+"""The standing bad-input and fault suite: what a demanding user gets wrong, and what must happen
+(a clear error naming the file:line, gin binding or step directory, and what to do; nothing
+written before the inputs are known good; a correct recovery where one exists).
+
+The probes numbered as in the issue that collected them; the ones that held before that issue are
+covered where they live: SIGKILL -> bit-exact resume and SIGTERM -> checkpoint (test_train_loop.py),
+storage lost during a save (test_gcs.py), export over an existing folder, missing gin / vocabulary
+(test_export.py), other-architecture INIT_CHECKPOINT (test_inference.py), importer format and
+config mismatches (test_checkpoints_real.py), long and empty texts (test_inference.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+
+import pytest
+from conftest import tiny_train_argv
+
+from samtone_jax import cli, gin_utils, tasks
+from samtone_jax.data import records
+
+
+@pytest.fixture
+def wordnet_env(wordnet_data, monkeypatch):
+    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
+    return wordnet_data
+
+
+def _beir(root, corpus=None, queries=None, qrels="query-id\tcorpus-id\tscore\nq1\td1\t1\n"):
+    """A tiny BEIR folder (SAMTONE_DATA_DIR/beir/scifact) with the given file contents."""
+    folder = root / "beir" / "scifact"
+    (folder / "qrels").mkdir(parents=True)
+    if corpus is None:
+        corpus = "".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"document {i}"}) + "\n" for i in (1, 2))
+    (folder / "corpus.jsonl").write_bytes(corpus if isinstance(corpus, bytes) else corpus.encode())
+    (folder / "queries.jsonl").write_text(queries or json.dumps({"_id": "q1", "text": "which document"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text(qrels)
+    return folder
+
+
+def _fresh_task_cache():
+    tasks._load_cached.cache_clear()
+
+
+# 1. A binding of the wrong type fails at parse time, naming the binding; nothing is created.
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [("--gin.train.batch_size='four'", "train.batch_size = 'four'"),
+     ("--gin.TEMPERATURE='hot'", "contrastive_loss.temperature (via %TEMPERATURE) = 'hot'")],
+)  # fmt: skip
+def test_1_a_binding_of_the_wrong_type_names_it_before_anything_is_written(wordnet_env, tmp_path, capsys, override,
+                                                                           named):  # fmt: skip
+    model_dir = tmp_path / "run"
+    assert cli.main(tiny_train_argv(model_dir, wordnet_env[1], extra=[override])) == 2
+    assert named in capsys.readouterr().err
+    assert not model_dir.exists()
+
+
+# 2. An override of a macro nothing uses is a typo, not a silent no-op.
+def test_2_a_misspelt_macro_override_fails_and_suggests_the_real_one(wordnet_env, tmp_path, capsys):
+    assert cli.main(tiny_train_argv(tmp_path / "run", wordnet_env[1], extra=["--gin.TEMPRATURE=0.001"])) == 2
+    err = capsys.readouterr().err
+    assert "TEMPRATURE" in err and "did you mean TEMPERATURE?" in err and not (tmp_path / "run").exists()
+
+
+# 3. No models/ gin file: the missing binding is named, no network is tried.
+def test_3_no_model_size_gin_file_says_which_to_include(tmp_path, capsys):
+    argv = ["train", "--gin_file=architectures/sde.gin", "--gin_file=losses/samtone_query.gin",
+            f"--gin.train.model_dir='{tmp_path / 'run'}'", "--gin.train.task='wordnet_definitions'",
+            "--gin.train.train_steps=1", "--gin.train.batch_size=8"]  # fmt: skip
+    assert cli.main(argv) == 2
+    assert "no T5Config.* binding" in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+def test_3_an_unreachable_default_vocabulary_says_which_binding_chose_it(monkeypatch):
+    from samtone_jax.data import vocab
+
+    def offline(self):
+        raise ConnectionError("Cannot connect to host storage.googleapis.com:443")
+
+    monkeypatch.setattr(type(__import__("samtone_jax").paths.as_path("gs://b/x")), "read_bytes", offline)
+    with pytest.raises(OSError, match="train.vocabulary / VOCABULARY is not set.*samtone build-vocab"):
+        vocab._local_model_file(vocab.DEFAULT_VOCAB_PATH)
+
+
+# 4 and 8. A bad byte names file:line, and the readers' hint can be followed from gin.
+def test_4_8_a_non_utf8_line_names_file_and_line_and_gin_can_skip_it(tmp_path, monkeypatch):
+    lines = [json.dumps({"_id": "d1", "text": "first"}).encode(), b'{"_id": "d2", "text": "caf\xe9"}',
+             json.dumps({"_id": "d3", "text": "third"}).encode()]  # fmt: skip
+    _beir(tmp_path, corpus=b"\n".join(lines) + b"\n")
+    monkeypatch.setenv("SAMTONE_DATA_DIR", str(tmp_path))
+    _fresh_task_cache()
+    with pytest.raises(records.BadRecordError, match=r"corpus.jsonl:2: UnicodeDecodeError.*skip_bad_records.enabled"):
+        tasks.load("beir_scifact", "test")
+    gin_utils.parse([], ["skip_bad_records.enabled = True"])
+    try:
+        _fresh_task_cache()
+        collection = tasks.load("beir_scifact", "test")
+        assert sorted(collection.corpus) == ["d1", "d3"] and collection.stats["bad_records"] == 1
+    finally:
+        gin_utils.parse([], [])
+        _fresh_task_cache()
+
+
+# 5. A judgement of an unknown document is counted and reported, not scored silently.
+def test_5_a_qrel_of_an_unknown_document_is_counted_and_warned(tmp_path, monkeypatch, caplog):
+    _beir(tmp_path, qrels="query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td404\t1\n")
+    monkeypatch.setenv("SAMTONE_DATA_DIR", str(tmp_path))
+    _fresh_task_cache()
+    with caplog.at_level("WARNING"):
+        collection = tasks.load("beir_scifact", "test")
+    assert collection.stats["qrels_with_missing_document"] == 1
+    assert "1 qrels with missing document" in caplog.text
+    _fresh_task_cache()
+
+
+# 6 and 7. An empty corpus or a header-only qrels file is named; no NaN metrics are written.
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [({"corpus": ""}, "corpus.jsonl has no documents"),
+     ({"qrels": "query-id\tcorpus-id\tscore\n"}, r"test.tsv has no relevance judgements \(a header line only\?\)")],
+)  # fmt: skip
+def test_6_7_an_empty_corpus_or_header_only_qrels_is_named(tmp_path, monkeypatch, files, message):
+    _beir(tmp_path, **files)
+    monkeypatch.setenv("SAMTONE_DATA_DIR", str(tmp_path))
+    _fresh_task_cache()
+    with pytest.raises(ValueError, match=message):
+        tasks.load("beir_scifact", "test")
+    _fresh_task_cache()
+
+
+# 9, 11, 12. What is in MODEL_DIR is checked before it is continued.
+def _steps(model_dir):
+    return sorted(int(p.name) for p in (model_dir / "checkpoints").iterdir() if p.name.isdigit())
+
+
+def test_9_a_corrupt_latest_checkpoint_falls_back_or_fails_in_one_paragraph(wordnet_env, tmp_path, capsys):
+    wn, vocab = wordnet_env
+    model_dir = tmp_path / "run"
+    every = ["--gin.train.checkpoint_every=2"]
+    assert cli.main(tiny_train_argv(model_dir, vocab, steps=4, extra=every)) == 0
+    assert _steps(model_dir) == [2, 4]
+    # Truncated array files in the latest step: the run resumes from step 2, and says so.
+    for array in (model_dir / "checkpoints" / "4" / "state").rglob("*"):
+        if array.is_file() and array.parent.name == "d":  # OCDBT data files
+            array.write_bytes(array.read_bytes()[: array.stat().st_size // 2])
+    capsys.readouterr()
+    warnings = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logger = logging.getLogger("samtone_jax.checkpoints.train_checkpoints")
+    logger.addHandler(handler)
+    try:
+        assert cli.main(tiny_train_argv(model_dir, vocab, steps=5, extra=every)) == 0
+    finally:
+        logger.removeHandler(handler)
+    assert len(warnings) == 1 and "checkpoints/4 cannot be restored" in warnings[0]
+    assert capsys.readouterr().out.startswith("step 3/5")  # resumed after step 2
+    assert _steps(model_dir)[-1] == 5
+    # A missing metadata file with on_corrupt_checkpoint='fail': one short error naming the step dir.
+    (model_dir / "checkpoints" / "5" / "state" / "_METADATA").unlink()
+    argv = tiny_train_argv(model_dir, vocab, steps=6, extra=[*every, "--gin.train.on_corrupt_checkpoint='fail'"])
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("samtone train: error:")]
+    assert len(err) == 1 and re.search(r"checkpoints/5 cannot be restored .*on_corrupt_checkpoint", err[0])
+
+
+def test_11_12_a_run_of_another_model_or_past_its_steps_is_refused_with_config_untouched(trained_run, wordnet_env,
+                                                                                       tmp_path, capsys):  # fmt: skip
+    model_dir = tmp_path / "run"
+    shutil.copytree(trained_run, model_dir, ignore=shutil.ignore_patterns("eval", "embeddings"))
+    config = (model_dir / "config.gin").read_text()
+    other = tiny_train_argv(model_dir, wordnet_env[1], steps=4, architecture="ade", extra=["--gin.PROJECTION_DIM=24"])
+    assert cli.main(other) == 2
+    err = capsys.readouterr().err
+    assert "holds a run of another model" in err and "DualEncoder.architecture: 'sde' in its config.gin" in err
+    assert cli.main(tiny_train_argv(model_dir, wordnet_env[1], steps=1)) == 2
+    assert "already holds step 2, past train.train_steps = 1" in capsys.readouterr().err
+    assert (model_dir / "config.gin").read_text() == config and _steps(model_dir) == [2]
+
+
+# 10. Two trainings in one MODEL_DIR: the second is refused, naming the holder; a dead holder's lock is taken over.
+def test_10_a_second_run_in_the_same_model_dir_is_refused_and_a_stale_lock_taken_over(wordnet_env, tmp_path, capsys):
+    from samtone_jax.run_lock import RunLock, RunLockedError
+
+    model_dir = tmp_path / "run"
+    with RunLock(model_dir):
+        assert cli.main(tiny_train_argv(model_dir, wordnet_env[1], steps=1)) == 2
+        err = capsys.readouterr().err
+        assert "is in use by another run" in err and f"pid {os.getpid()}" in err
+        with pytest.raises(RunLockedError):
+            RunLock(model_dir).acquire()
+    assert not (model_dir / "lock.json").exists()  # released
+    dead = {"host": __import__("socket").gethostname(), "pid": 2**22 + 7, "token": "x", "started": "then",
+            "heartbeat": __import__("time").time()}  # fmt: skip
+    (model_dir / "lock.json").write_text(json.dumps(dead))
+    lock = RunLock(model_dir)
+    lock.acquire()  # the holder's pid is not running on this host
+    assert json.loads((model_dir / "lock.json").read_text())["token"] == lock.token
+    lock.release()
+
+
+def test_10_the_lock_on_a_bucket_uses_generation_preconditions(gcs):
+    from samtone_jax import paths
+    from samtone_jax.run_lock import RunLock, RunLockedError
+
+    model_dir = f"{gcs.bucket()}/run"
+    first = RunLock(model_dir, stale_after_s=300)
+    first.acquire()
+    with pytest.raises(RunLockedError, match=r"in use by another run: host .* pid"):
+        RunLock(model_dir).acquire()
+    first._stop.set()  # the holder dies without releasing: its heartbeat stops
+    holder = json.loads(paths.as_path(f"{model_dir}/lock.json").read_text())
+    holder.update(heartbeat=holder["heartbeat"] - 600, pid=None, host="another-host")
+    paths.as_path(f"{model_dir}/lock.json").write_text(json.dumps(holder))
+    second = RunLock(model_dir, stale_after_s=300)
+    second.acquire()  # stale: taken over by compare-and-swap
+    assert json.loads(paths.as_path(f"{model_dir}/lock.json").read_text())["token"] == second.token
+    second.release()
+    assert not paths.as_path(f"{model_dir}/lock.json").exists()
+
+
+# 13. Ctrl-C checkpoints like SIGTERM (a flag the loop checks); a second Ctrl-C interrupts at once.
+def test_13_ctrl_c_sets_the_checkpoint_flag_and_a_second_one_interrupts():
+    from samtone_jax import train
+
+    flag, previous = train._install_stop_flag()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert flag["set"]
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+# Also seen: `samtone mine` overwrote --out silently (export refuses).
+def test_mine_refuses_an_existing_output_unless_overwrite(wordnet_env, tmp_path, capsys):
+    out = tmp_path / "negatives.tsv"
+    out.write_text("keep me\n")
+    argv = ["mine", "--bm25", "--task=wordnet_definitions", "--split=all", f"--out={out}"]
+    assert cli.main(argv) == 2
+    assert "already exists" in capsys.readouterr().err and out.read_text() == "keep me\n"
+    assert cli.main([*argv, "--overwrite"]) == 0 and out.read_text() != "keep me\n"
+
+
+# Also seen: duplicate TensorBoard scalars after a resume.
+def test_a_resumed_runs_events_tell_tensorboard_to_drop_the_killed_runs_later_steps(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from samtone_jax.event_writer import EventWriter
+
+    killed = EventWriter(tmp_path)
+    for step in range(1, 6):  # logged up to 5, checkpointed at 3, then killed
+        killed.write_scalars(step, {"loss": float(step)})
+    killed.flush()
+    resumed = EventWriter(tmp_path, start_step=3)  # its file sorts after the killed run's
+    for step in (4, 5, 6):
+        resumed.write_scalars(step, {"loss": 10.0 * step})
+    resumed.flush()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    import tensorflow as tf
+
+    series = {e.step: float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors("loss")}
+    assert series == {1: 1.0, 2: 2.0, 3: 3.0, 4: 40.0, 5: 50.0, 6: 60.0}
