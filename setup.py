@@ -16,7 +16,6 @@ setup(
         "flax>=0.12",
         "optax>=0.2.8",
         "orbax-checkpoint>=0.12",
-        "clu>=0.0.12",
         "gin-config>=0.5",
         "seqio>=0.0.20",
         "tensorflow>=2.20,<2.21",
@@ -31,6 +30,11 @@ setup(
         "scikit-learn",
         "tqdm",
         "bm25s",
+        "etils[epath]",
+        "gcsfs>=2026.10",  # gs:// through the path layer (samtone_jax/paths.py)
+        "google-cloud-storage",  # the MODEL_DIR lock's generation preconditions (run_lock.py)
+        "google-crc32c",  # TensorBoard event records (event_writer.py)
+        "tensorboard",
     ],
     extras_require={
         "test": ["pytest", "ruff", "torch==2.13.0", "transformers==5.24.0", "sentence-transformers==6.2.0"],

@@ -6,9 +6,10 @@ override, so untestable offline, and a second storage stack beside gcsfs); an ev
 a format: TFRecord framing (length, masked CRC-32C of the length, the serialised `Event`, its
 masked CRC-32C) around tensorboard's own protos, which import without TensorFlow.
 
-An object store cannot append, so each flush rewrites the current file whole (atomically: see
-atomic_file.py); past `rotate_bytes` the writer starts the next file, and TensorBoard reads the
-files of a folder in name order. Scalars are written as TF2 `tf.summary.scalar` writes them
+On local disk each flush appends (a live TensorBoard keeps the file open and reads on); an
+object store cannot append, so there each flush rewrites the current file whole (one upload: see
+atomic_file.py), and past `rotate_bytes` the writer starts the next file (TensorBoard reads the
+files of a folder in name order). Scalars are written as TF2 `tf.summary.scalar` writes them
 (a float32 tensor with the scalars plugin's metadata).
 """
 
@@ -84,13 +85,20 @@ class EventWriter:
         self._dirty = True
 
     def flush(self) -> None:
-        """Write the current file whole. A failure (storage unreachable after the client's retries)
-        is a warning, not the end of the run: the events stay in memory, and the next flush that
-        comes `retry_after_s` later tries again (so a storage outage does not stall every step)."""
+        """Append the new records (local) or rewrite the current file whole (gs://). A failure
+        (storage unreachable after the client's retries) is a warning, not the end of the run: the
+        events stay in memory, and the next flush `retry_after_s` later tries again (so a storage
+        outage does not stall every step)."""
         if not self._dirty or (self._failed_at and time.monotonic() - self._failed_at < self.retry_after_s):
             return
         try:
-            write_atomic(self.path, bytes(self._data))
+            if paths.is_remote(self.path):
+                write_atomic(self.path, bytes(self._data))
+            else:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                with open(self.path, "ab") as f:  # a local file: records are appended whole
+                    f.write(bytes(self._data))
+                self._data = bytearray()  # appended: nothing to keep in memory
         except Exception as e:  # noqa: BLE001  TensorBoard is not worth a lost training run
             self._failed_at = time.monotonic()
             log.warning("could not write TensorBoard events to %s (%s: %s); trying again in %.0f s",
@@ -98,7 +106,7 @@ class EventWriter:
                         self.retry_after_s)  # fmt: skip
             return
         self._dirty, self._failed_at = False, None
-        if len(self._data) > self.rotate_bytes:
+        if paths.is_remote(self.path) and len(self._data) > self.rotate_bytes:
             self._start_file()
 
     def close(self) -> None:

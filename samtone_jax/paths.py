@@ -80,7 +80,9 @@ def check_bucket(path: str | os.PathLike, what: str) -> None:
             f"{what}={os.fspath(path)!r}: bucket gs://{bucket} does not exist; create it (gcloud storage "
             f"buckets create gs://{bucket}) or fix the path"
         ) from e
-    except PermissionError as e:
+    except OSError as e:  # gcsfs raises a plain OSError("Forbidden: ...") for HTTP 403
+        if not isinstance(e, PermissionError) and "forbidden" not in str(e).lower():
+            raise
         raise NoAccessError(
             f"{what}={os.fspath(path)!r}: no access to gs://{bucket} ({e}); grant this VM's service account "
             "Storage Object Admin on the bucket, or run `gcloud auth application-default login`"
@@ -127,3 +129,12 @@ def local_copy(directory: str | os.PathLike, names=None) -> str:
 def join(base: str | os.PathLike, *parts: str) -> str:
     """`base / parts...` as a string (local: normalised and absolute)."""
     return os.fspath(as_path(base).joinpath(*parts))
+
+
+def move(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Move a file or folder (a rename locally; on gs://, copies then deletes every object)."""
+    source, target = as_path(source), as_path(target)
+    if is_remote(source):
+        _gcs().mv(os.fspath(source), os.fspath(target), recursive=True)
+    else:
+        os.replace(source, target)

@@ -65,13 +65,17 @@ class RunLock:
                 return False
             self._generation = blob.generation
             return True
+        # Written in full under a private name, then linked into place (fails if the lock exists):
+        # no reader ever sees an empty or half-written lease.
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.parent / f".{LOCK}.{self.token}"
+        tmp.write_text(data)
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            os.link(tmp, self.path)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w") as f:
-            f.write(data)
+        finally:
+            tmp.unlink(missing_ok=True)
         return True
 
     def _read(self) -> tuple[dict | None, object]:
@@ -106,10 +110,15 @@ class RunLock:
         # Local: move the stale lease aside (one renamer wins), then create ours exclusively.
         aside = self.path.parent / f".{LOCK}.stale-{uuid.uuid4().hex[:8]}"
         try:
-            if self.path.read_text() != version:
-                return False
             os.rename(self.path, aside)
         except FileNotFoundError:
+            return False
+        if aside.read_text() != version:  # another taker replaced it first: put theirs back
+            try:
+                os.link(aside, self.path)
+            except FileExistsError:
+                pass
+            aside.unlink(missing_ok=True)
             return False
         aside.unlink(missing_ok=True)
         return self._create(data)

@@ -376,7 +376,7 @@ def _lock_model_dir(model_dir, host: int, hosts: int):
         lock = RunLock(model_dir)
         try:
             lock.acquire()
-        except RunLockedError as e:
+        except Exception as e:  # noqa: BLE001  told to every process below, then raised
             lock, error = None, e
     if hosts > 1:
         from jax.experimental import multihost_utils

@@ -167,7 +167,8 @@ def test_9_a_corrupt_latest_checkpoint_falls_back_or_fails_in_one_paragraph(word
     capsys.readouterr()
     assert cli.main(argv) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("samtone train: error:")]
-    assert len(err) == 1 and re.search(r"checkpoints/5 cannot be restored .*on_corrupt_checkpoint", err[0])
+    assert len(err) == 1 and re.search(r"checkpoints/5 cannot be restored .*Move .*on_corrupt_checkpoint", err[0])
+    assert any(p.name.startswith("4.unreadable-") for p in (model_dir / "checkpoints").iterdir())  # kept aside
 
 
 def test_11_12_a_run_of_another_model_or_past_its_steps_is_refused_with_config_untouched(trained_run, wordnet_env,

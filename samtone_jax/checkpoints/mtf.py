@@ -55,7 +55,8 @@ def _local_prefix(path: str) -> str:
         found = re.search(r'model_checkpoint_path:\s*"([^"]+)"', state.read_text()) if state.exists() else None
         if not found:
             raise MissingFileError(f"{path}: no `checkpoint` file naming a model_checkpoint_path; pass the prefix")
-        prefix = prefix / found.group(1)
+        named = found.group(1)  # relative, or absolute as TF1 / Estimator often write it
+        prefix = paths.as_path(named) if paths.is_remote(named) or named.startswith("/") else prefix / named
     if prefix.name.endswith(".index"):
         prefix = prefix.parent / prefix.name[: -len(".index")]
     files = [f for f in prefix.parent.glob(prefix.name + ".*")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import jax
 import orbax.checkpoint as ocp
@@ -86,33 +87,43 @@ class TrainCheckpointer:
         """(restored state, its step) onto `state`'s shardings, or (state, 0) without a checkpoint.
 
         An unreadable latest checkpoint (a truncated array file, a missing metadata file) is one
-        short paragraph: with on_corrupt='fallback' a warning, the checkpoint deleted (it would block
-        saving its step again) and the next older one tried; with 'fail' a CheckpointRestoreError."""
+        short paragraph. With on_corrupt='fallback' (one process only: on several, a host that
+        cannot read its shard cannot agree with the others on where to resume) it is a warning:
+        the step folder is moved aside to `<step>.unreadable-<time>` (kept for inspection; its step
+        can be saved again) and the previous checkpoint restored. Only the latest is ever skipped,
+        and never the only one, so a problem that is not the checkpoint's (a changed optimizer,
+        memory) cannot consume a run's checkpoints. Otherwise a CheckpointRestoreError."""
         abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-        for step in sorted(self.manager.all_steps(), reverse=True):
+        steps = sorted(self.manager.all_steps(), reverse=True)
+        for attempt, step in enumerate(steps[:2]):
             try:
-                with _quiet_restore():
-                    restored = self.manager.restore(
-                        step,
-                        args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
-                    )
-                if restored.meta["data_position"] != step:
-                    raise BadValueError(f"its data position is {restored.meta['data_position']}, not {step}")
-            except Exception as e:  # noqa: BLE001  any unreadable checkpoint, named below
-                cause = f"{type(e).__name__}: {_first_line(e)}"
-                where = self.directory / str(step)
-                if on_corrupt != "fallback":
-                    raise CheckpointRestoreError(
-                        f"the latest checkpoint {where} cannot be restored ({cause}). Rerun with "
-                        "--gin.train.on_corrupt_checkpoint=\"'fallback'\" to resume from the newest readable one "
-                        "(this one is then deleted), or delete it yourself"
-                    ) from e
-                log.warning("checkpoint %s cannot be restored (%s): deleting it and trying the one before", where,
-                            cause)  # fmt: skip
-                self.manager.delete(step)
-                continue
-            return restored.state, step
+                return self._restore(step, abstract), step
+            except Exception as e:  # noqa: BLE001  named below, with what to do
+                cause, where = f"{type(e).__name__}: {_first_line(e)}", self.directory / str(step)
+                can_fall_back = on_corrupt == "fallback" and attempt == 0 and len(steps) > 1
+                if not can_fall_back or jax.process_count() > 1:
+                    hint = "No older checkpoint is readable either"
+                    if attempt == 0 and len(steps) > 1:
+                        hint = (
+                            f"Move {where} aside (mv {where} {where}.unreadable) to resume from step {steps[1]}, "
+                            "or rerun with --gin.train.on_corrupt_checkpoint=\"'fallback'\" (one process)"
+                        )
+                    raise CheckpointRestoreError(f"checkpoint {where} cannot be restored ({cause}). {hint}") from e
+                aside = f"{where}.unreadable-{int(time.time())}"
+                log.warning("checkpoint %s cannot be restored (%s): moved to %s; resuming from step %d", where,
+                            cause, aside, steps[1])  # fmt: skip
+                paths.move(where, aside)
+                self.manager.reload()
         return state, 0
+
+    def _restore(self, step: int, abstract):
+        with _quiet_restore():
+            restored = self.manager.restore(
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore())
+            )
+        if restored.meta["data_position"] != step:
+            raise BadValueError(f"its data position is {restored.meta['data_position']}, not {step}")
+        return restored.state
 
     def _args(self, step, state):
         return ocp.args.Composite(
