@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -189,6 +190,25 @@ class GCSEmulator:
                     raise RuntimeError(f"fake-gcs-server did not start on {self.url}") from None
                 time.sleep(0.05)
 
+    @contextlib.contextmanager
+    def clients_pointed_here(self):
+        """gcsfs and tensorstore pointed at this emulator for the duration (then as they were)."""
+        import fsspec
+
+        names = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL")
+        saved = {k: os.environ.get(k) for k in names}
+        os.environ.update(dict.fromkeys(names, self.url))
+        fsspec.filesystem("gs").clear_instance_cache()  # gcsfs reads the endpoint when an instance is made
+        try:
+            yield self
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            fsspec.filesystem("gs").clear_instance_cache()
+
     def stop(self) -> None:
         if self.process is not None:
             self.process.terminate()
@@ -226,14 +246,8 @@ def gcs(tmp_path_factory):
     """A local GCS emulator for the session (each test takes its own bucket with `gcs.bucket()`)."""
     emulator = GCSEmulator(tmp_path_factory.mktemp("gcs_root"))
     emulator.start()
-    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL")}
-    os.environ["STORAGE_EMULATOR_HOST"] = os.environ["TENSORSTORE_GCS_HTTP_URL"] = emulator.url
     try:
-        yield emulator
+        with emulator.clients_pointed_here():
+            yield emulator
     finally:
         emulator.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

@@ -207,34 +207,26 @@ def test_storage_lost_during_a_checkpoint_save_fails_clearly_and_the_last_checkp
 
     emulator = GCSEmulator(tmp_path / "gcs_root")
     emulator.start()
-    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL")}
-    os.environ["STORAGE_EMULATOR_HOST"] = os.environ["TENSORSTORE_GCS_HTTP_URL"] = emulator.url
-    fsspec.filesystem("gs").clear_instance_cache()  # gcsfs reads the endpoint when an instance is made
     try:
-        directory = f"{emulator.bucket()}/run/checkpoints"
-        state = {"step": jnp.int32(3), "params": {"w": jnp.arange(6.0).reshape(2, 3)}}
-        checkpointer = TrainCheckpointer(directory, every=3, keep=3)
-        checkpointer.maybe_save(3, state)
-        checkpointer.save(3, state)  # waits for the asynchronous save of step 3
-        emulator.stop()
-        later = jax.tree_util.tree_map(lambda x: x + 1, state)
-        start = time.time()
-        with pytest.raises(
-            CheckpointSaveError, match=r"checkpoint of step 6 in gs://.*last complete checkpoint: step 3"
-        ):
-            checkpointer.save(6, later)
-        print(f"gave up after {time.time() - start:.0f} s of the client's retries")
-        checkpointer.close()
-        emulator.start()
-        restored, step = TrainCheckpointer(directory, every=3, keep=3).restore_latest(later)
-        assert step == 3
-        for a, b in zip(jax.tree_util.tree_leaves(restored), jax.tree_util.tree_leaves(state), strict=True):
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        with emulator.clients_pointed_here():
+            directory = f"{emulator.bucket()}/run/checkpoints"
+            state = {"step": jnp.int32(3), "params": {"w": jnp.arange(6.0).reshape(2, 3)}}
+            checkpointer = TrainCheckpointer(directory, every=3, keep=3)
+            checkpointer.maybe_save(3, state)
+            checkpointer.save(3, state)  # waits for the asynchronous save of step 3
+            emulator.stop()
+            later = jax.tree_util.tree_map(lambda x: x + 1, state)
+            start = time.time()
+            with pytest.raises(
+                CheckpointSaveError, match=r"checkpoint of step 6 in gs://.*last complete checkpoint: step 3"
+            ):
+                checkpointer.save(6, later)
+            print(f"gave up after {time.time() - start:.0f} s of the client's retries")
+            checkpointer.close()
+            emulator.start()
+            restored, step = TrainCheckpointer(directory, every=3, keep=3).restore_latest(later)
+            assert step == 3
+            for a, b in zip(jax.tree_util.tree_leaves(restored), jax.tree_util.tree_leaves(state), strict=True):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     finally:
         emulator.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        fsspec.filesystem("gs").clear_instance_cache()
