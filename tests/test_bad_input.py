@@ -271,3 +271,20 @@ def test_a_resumed_runs_events_tell_tensorboard_to_drop_the_killed_runs_later_st
 
     series = {e.step: float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors("loss")}
     assert series == {1: 1.0, 2: 2.0, 3: 3.0, 4: 40.0, 5: 50.0, 6: 60.0}
+
+
+# Also seen: a "Metadata file does not exist" warning on every eval and load.
+def test_loading_a_run_warns_about_nothing(trained_run):
+    import samtone_jax
+
+    seen = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logging.getLogger().addHandler(handler)
+    logging.getLogger("absl").addHandler(handler)
+    try:
+        samtone_jax.load(str(trained_run)).encode_queries(["a dog"])
+    finally:
+        logging.getLogger().removeHandler(handler)
+        logging.getLogger("absl").removeHandler(handler)
+    assert not [m for m in seen if "Metadata file does not exist" in m], seen

@@ -176,9 +176,29 @@ def restore_on_one_device(path, item: str | None = None):
     this process's first device, whatever topology saved it (for inspection, export and tests)."""
     path = paths.as_path(path)
     checkpointer = ocp.StandardCheckpointer()
-    metadata = checkpointer.metadata(path)
+    with _without_step_metadata_warning():
+        metadata = checkpointer.metadata(path)
     tree = getattr(metadata, "item_metadata", metadata)
     tree = getattr(tree, "tree", tree)
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), tree)
-    return checkpointer.restore(path, target)
+    with _without_step_metadata_warning():
+        return checkpointer.restore(path, target)
+
+
+class _StepMetadataFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Metadata file does not exist" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_step_metadata_warning():
+    """Reading one item of a CheckpointManager step on its own (state/), orbax warns that the step's
+    _CHECKPOINT_METADATA is not in that folder: it is one level up, as it should be."""
+    absl = logging.getLogger("absl")
+    only = _StepMetadataFilter()
+    absl.addFilter(only)
+    try:
+        yield
+    finally:
+        absl.removeFilter(only)
