@@ -12,6 +12,7 @@ A second run is refused with the holder's host, pid and start time.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -20,6 +21,8 @@ import socket
 import threading
 import time
 import uuid
+
+import numpy as np
 
 from samtone_jax import paths
 from samtone_jax.atomic_file import write_atomic
@@ -214,3 +217,29 @@ def _alive(pid) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextlib.contextmanager
+def held_by_process_0(model_dir, host: int, hosts: int):
+    """MODEL_DIR's run lock, taken by process 0; every process learns whether it was taken, so all
+    stop together when another run holds it."""
+    lock, error = None, None
+    if host == 0:
+        lock = RunLock(model_dir)
+        try:
+            lock.acquire()
+        except Exception as e:  # noqa: BLE001  told to every process below, then raised
+            lock, error = None, e
+    if hosts > 1:
+        from jax.experimental import multihost_utils
+
+        taken = int(multihost_utils.broadcast_one_to_all(np.int32(error is None)))
+        if not taken and error is None:
+            error = RunLockedError(f"{model_dir} is in use by another run (process 0's log says which)")
+    if error:
+        raise error
+    try:
+        yield
+    finally:
+        if lock:
+            lock.release()

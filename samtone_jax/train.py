@@ -23,7 +23,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import gin_utils, grad_cache, partitioning, paths
+from samtone_jax import gin_utils, grad_cache, partitioning, paths, run_lock
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.checkpoints import load_params
 from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
@@ -300,7 +300,7 @@ def train(
     from samtone_jax.data import pipeline
     from samtone_jax.tasks import registration
 
-    with _lock_model_dir(model_dir, host, hosts):
+    with run_lock.held_by_process_0(model_dir, host, hosts):
         if host == 0:
             write_atomic(model_dir / "config.gin", gin.config_str())
             _keep_vocabulary(vocabulary, model_dir)
@@ -363,34 +363,6 @@ def train(
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
         return metrics
-
-
-@contextlib.contextmanager
-def _lock_model_dir(model_dir, host: int, hosts: int):
-    """MODEL_DIR's run lock, taken by process 0; every process learns whether it was taken, so all
-    stop together when another run holds it."""
-    from samtone_jax.run_lock import RunLock, RunLockedError
-
-    lock, error = None, None
-    if host == 0:
-        lock = RunLock(model_dir)
-        try:
-            lock.acquire()
-        except Exception as e:  # noqa: BLE001  told to every process below, then raised
-            lock, error = None, e
-    if hosts > 1:
-        from jax.experimental import multihost_utils
-
-        taken = int(multihost_utils.broadcast_one_to_all(np.int32(error is None)))
-        if not taken and error is None:
-            error = RunLockedError(f"{model_dir} is in use by another run (process 0's log says which)")
-    if error:
-        raise error
-    try:
-        yield
-    finally:
-        if lock:
-            lock.release()
 
 
 def _evaluate(eval_fn, state, dataset, task, split, mesh, num_batches, id_masking):
