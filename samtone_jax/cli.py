@@ -14,7 +14,7 @@ import sys
 
 from samtone_jax.errors import BadValueError, ExistingFileError
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TF's CUDA probing noise on CPU hosts
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's INFO lines; its CUDA probe: tensorflow_setup.py
 
 
 def _split_gin_overrides(argv: list[str]) -> tuple[list[str], list[str]]:

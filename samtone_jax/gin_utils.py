@@ -184,9 +184,10 @@ def read_bindings(text: str) -> dict[str, object]:
     for line in text.splitlines():
         if line.lstrip().startswith("#") or (not line.strip() and not depth):
             continue
-        current += (" " if current else "") + line.strip()
+        continued = line.rstrip().endswith("\\")  # gin wraps a long value: `name = \` then the value
+        current += (" " if current else "") + line.strip().removesuffix("\\").strip()
         depth += sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
-        if depth <= 0:
+        if depth <= 0 and not continued:
             statements.append(current)
             current, depth = "", 0
     raw = {}

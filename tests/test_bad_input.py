@@ -288,3 +288,73 @@ def test_loading_a_run_warns_about_nothing(trained_run):
         logging.getLogger().removeHandler(handler)
         logging.getLogger("absl").removeHandler(handler)
     assert not [m for m in seen if "Metadata file does not exist" in m], seen
+
+
+# What a user sees on long work: done / total, rate and ETA, also when stderr is not a terminal.
+def test_progress_off_a_terminal_prints_done_total_rate_and_eta_every_interval():
+    import io
+
+    from samtone_jax.console_progress import Progress
+
+    now = [0.0]
+    out = io.StringIO()
+    with Progress(1000, "encoding documents", every_s=30, stream=out, clock=lambda: now[0], process_index=0) as p:
+        now[0] = 10.0
+        p.update(250)  # 10 s in: under the interval, nothing printed yet
+        assert out.getvalue() == ""
+        now[0] = 40.0
+        p.update(750 - 250)  # 750 done in 40 s: 18.75 texts/s, 250 left -> 13.3 s
+        now[0] = 50.0
+        p.update(250)
+    assert out.getvalue().splitlines() == [
+        "encoding documents: 750/1,000 texts (75.0%), 19 texts/s, ETA 13s",
+        "encoding documents: 1,000/1,000 texts (100.0%), 20 texts/s, took 50s",
+    ]
+    quiet = io.StringIO()
+    with Progress(1000, "encoding documents", stream=quiet, process_index=1) as p:  # not process 0
+        p.update(1000)
+    assert quiet.getvalue() == ""
+
+
+# Every CPU start printed TensorFlow's "failed call to cuInit ... (303)": TF's CUDA probe on a
+# host without a driver. Hidden at its source (tensorflow_setup.py); other TF lines still show.
+def test_a_cpu_start_prints_no_cuda_probe_line_and_tensorflow_sees_no_gpu():
+    import subprocess
+    import sys
+
+    code = ("import samtone_jax.data.pipeline\nfrom samtone_jax.tensorflow_setup import tf\n"
+            "print(int(tf.reduce_sum(tf.range(4))), tf.config.get_visible_devices('GPU'))")  # fmt: skip
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")  # every TF line shown
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "6 []"
+    assert "cuInit" not in done.stderr and "(303)" not in done.stderr, done.stderr
+
+
+# Also seen: the real disk-full error at line 779 of 805 among "Future exception was never
+# retrieved". Now the cause is the one line printed (orbax's echoes of it are dropped).
+def test_disk_full_during_a_checkpoint_is_one_line_with_the_cause_and_the_last_complete_step(wordnet_env, tmp_path):
+    import subprocess
+    import sys
+
+    small = tmp_path / "small"
+    small.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=1000k", "tmpfs", str(small)]
+    if subprocess.run(mount, capture_output=True).returncode:
+        pytest.skip("mounting a 1000 KiB tmpfs (a disk that fills after a checkpoint or two) needs root")
+    try:
+        argv = tiny_train_argv(small / "run", wordnet_env[1], steps=6, extra=["--gin.train.checkpoint_every=1"])
+        done = subprocess.run([sys.executable, "-m", "samtone_jax.cli", *argv], capture_output=True, text=True,
+                              timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1"))  # fmt: skip
+        complete = sorted(p.name for p in (small / "run" / "checkpoints").iterdir() if p.name.isdigit())
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    failed = re.match(r"samtone train: error: the checkpoint of step (\d) in .*/run/checkpoints could not be written",
+                      lines[0])  # fmt: skip
+    assert failed and "No space left on device" in lines[0], lines[0]
+    step = int(failed.group(1))
+    last = f"step {step - 1}." if step > 1 else "step None."
+    assert f"last complete checkpoint: {last}" in lines[0] and complete == [str(s) for s in range(1, step)][-3:]

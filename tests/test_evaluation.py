@@ -178,7 +178,12 @@ def test_eval_compare_and_analyze_commands_on_a_trained_run(trained_run, wordnet
         f"--gin.evaluate.model_dir='{trained_run}'",
         "--gin.evaluate.task='wordnet_definitions'", "--gin.evaluate.split='all'", "--gin.evaluate.k=10",
     ]  # fmt: skip
+    capsys.readouterr()
     assert cli.main(["eval", *eval_flags]) == 0
+    from samtone_jax import tasks
+
+    corpus = tasks.load("wordnet_definitions", "all").corpus
+    assert f"encoding documents: {len(corpus):,}/{len(corpus):,} texts (100.0%)" in capsys.readouterr().err
     path = trained_run / "eval" / "wordnet_definitions_all_step2.json"
     saved = json.loads(path.read_text())
     assert saved["step"] == 2 and "R@100" not in saved["metrics"]  # a top-10 run cannot compute R@100

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 
 import numpy as np
@@ -99,7 +100,7 @@ def test_export_errors_name_what_is_missing_and_leave_nothing(trained_run, tmp_p
     shutil.copy(trained_run / "config.gin", run / "config.gin")
     os.remove(run / "vocab.model")
     config = (run / "config.gin").read_text()
-    (run / "config.gin").write_text(config.replace("train.vocabulary = '", "train.vocabulary = '/gone"))
+    (run / "config.gin").write_text(re.sub(r"train.vocabulary = (\\\n\s*)?'", "train.vocabulary = '/gone", config))
     assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--dst={dst}"]) == 2
     err = capsys.readouterr().err
     assert "vocab.model" in err and "/gone" in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import jax
@@ -78,7 +79,7 @@ def test_load_errors_say_what_is_missing_and_where(trained_run, tmp_path):
     shutil.copytree(trained_run, copy)
     os.remove(copy / "vocab.model")
     config = (copy / "config.gin").read_text()
-    (copy / "config.gin").write_text(config.replace("train.vocabulary = '", "train.vocabulary = '/missing"))
+    (copy / "config.gin").write_text(re.sub(r"train.vocabulary = (\\\n\s*)?'", "train.vocabulary = '/missing", config))
     with pytest.raises(FileNotFoundError, match="vocab.model and for train.vocabulary='/missing"):
         samtone_jax.load(str(copy))
 
@@ -89,10 +90,11 @@ class _CountingEncoder:
     def __init__(self, fail_after=None):
         self.calls, self.fail_after = 0, fail_after
 
-    def __call__(self, texts):
+    def __call__(self, texts, progress=lambda n: None):
         if self.fail_after is not None and self.calls >= self.fail_after:
             raise KeyboardInterrupt("simulated kill")
         self.calls += 1
+        progress(len(texts))
         return np.stack([np.random.default_rng(sum(map(ord, t))).standard_normal(4) for t in texts]).astype(np.float32)
 
 
@@ -133,7 +135,7 @@ def test_each_process_encodes_only_its_share(tmp_path):
 
 
 def test_non_finite_embeddings_are_refused_and_nothing_is_written(tmp_path):
-    def broken(texts):
+    def broken(texts, progress):
         return np.full((len(texts), 4), np.nan, np.float32)
 
     with pytest.raises(ValueError, match="shard 0 has non-finite"):
@@ -214,8 +216,10 @@ def test_read_bindings_handles_macros_multiline_values_and_comments():
         "# Macros:\nSIZE = 64\nNAME = 'a#b'  # a comment\n"
         "T5Config.emb_dim = %SIZE\nT5Config.mlp_activations = ('gelu',\n    'linear')\n"
         "train.vocabulary = %NAME\nDualEncoder.projection_dim = None\n"
+        "train.model_dir = \\\n    'gs://a-long-bucket-name/and/a/long/path'\n"  # gin's wrapping of a long value
     )
     got = gin_utils.read_bindings(text)
+    assert got["train.model_dir"] == "gs://a-long-bucket-name/and/a/long/path"
     assert got["T5Config.emb_dim"] == 64 and got["T5Config.mlp_activations"] == ("gelu", "linear")
     assert got["train.vocabulary"] == "a#b" and got["DualEncoder.projection_dim"] is None
     with pytest.raises(ValueError, match="unknown model parameters"):

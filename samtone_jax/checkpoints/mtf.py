@@ -70,7 +70,7 @@ def _local_prefix(path: str) -> str:
 
 
 def open_source(path: str, config=None) -> Source:
-    import tensorflow as tf
+    from samtone_jax.tensorflow_setup import tf
 
     path = _local_prefix(path)
     try:

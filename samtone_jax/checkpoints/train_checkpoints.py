@@ -12,7 +12,9 @@ replays to it (samtone_jax/data/pipeline.py). All processes must call save/resto
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import sys
 import time
 
 import jax
@@ -33,8 +35,11 @@ class CheckpointRestoreError(UserError, RuntimeError):
 
 
 def _first_line(e: Exception) -> str:
+    """The first line of `e`'s message, at most ~300 characters: its start (what failed) and its end
+    (the OS's reason, e.g. "No space left on device", comes last in tensorstore's messages)."""
     text = str(e).strip()
-    return text.splitlines()[0][:300] if text else ""
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= 300 else f"{line[:140]} … {line[-150:]}"
 
 
 @contextlib.contextmanager
@@ -52,8 +57,59 @@ def _quiet_restore():
             lg.setLevel(level)
 
 
+class _OrbaxSaveFailureEchoes(logging.Filter):
+    """A failed asynchronous save is reported by TrainCheckpointer as one CheckpointSaveError that
+    names its cause. Orbax's writer threads also log that cause: once per array from each thread
+    (absl ERROR with a traceback) and again at exit for every task nobody awaited (asyncio's
+    "exception was never retrieved"), hundreds of lines around the one that says what to do. This
+    filter drops exactly those echoes: ERROR records of orbax (its "[process=N]" prefix or a
+    traceback through orbax), and asyncio's never-retrieved reports of orbax's coroutines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        if record.name == "asyncio":
+            return not ("never retrieved" in str(record.msg) and "orbax" in record.getMessage())
+        return not (str(record.msg).startswith("[process=") or _through_orbax(record.exc_info))
+
+
+def _through_orbax(exc_info) -> bool:
+    tb = exc_info[2] if exc_info else None
+    while tb is not None:
+        if "/orbax/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+@functools.cache
+def _drop_orbax_save_failure_echoes() -> None:
+    """Once per process: the log filter above, and the late-callback reports below."""
+    echoes = _OrbaxSaveFailureEchoes()
+    for name in ("absl", "asyncio"):
+        logging.getLogger(name).addFilter(echoes)
+    previous = sys.unraisablehook
+
+    def unraisable(args) -> None:  # tensorstore completing a write for orbax's loop, closed by the failure
+        if not _late_callback_of_a_closed_loop(args.exc_value, args.exc_traceback):
+            previous(args)
+
+    sys.unraisablehook = unraisable
+
+
+def _late_callback_of_a_closed_loop(error, tb) -> bool:
+    if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+        return False
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "call_soon_threadsafe":
+            return True
+        tb = tb.tb_next
+    return False
+
+
 class TrainCheckpointer:
     def __init__(self, directory, every: int, keep: int):
+        _drop_orbax_save_failure_echoes()
         self.directory, self.every = paths.as_path(directory), max(every, 1)
         self._pending: int | None = None  # the step of an asynchronous save not yet known complete
         self._failed = False

@@ -12,9 +12,9 @@ packed — the ids, and `query_truncated` / `doc_truncated` (int32 0/1) so trunc
 from __future__ import annotations
 
 import seqio
-import tensorflow as tf
 
 from samtone_jax.errors import BadValueError
+from samtone_jax.tensorflow_setup import tf
 
 EOS_ID = 1
 Spec = seqio.FeatureConverter.FeatureSpec

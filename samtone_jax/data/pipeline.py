@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 import seqio
-import tensorflow as tf
 
 from samtone_jax.data.features import EOS_ID, DualEncoderFeatureConverter
 from samtone_jax.errors import BadValueError
+from samtone_jax.tensorflow_setup import tf
 
 
 def train_dataset(

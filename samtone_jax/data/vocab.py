@@ -31,6 +31,8 @@ def vocabulary(path: str | None = None, extra_ids: int | None = None):
 def _vocabulary_class():
     import seqio
 
+    import samtone_jax.tensorflow_setup  # noqa: F401  (before seqio's first TF op)
+
     class SentencePieceVocabulary(seqio.SentencePieceVocabulary):
         """seqio's vocabulary, reading a gs:// model through the path layer: seqio opens the file
         with TensorFlow's own file system, which reaches gs:// only through TensorFlow's GCS client.

@@ -15,13 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sys
 from collections.abc import Callable
 
 import numpy as np
 
 from samtone_jax import paths
 from samtone_jax.atomic_file import atomic_open, write_atomic
+from samtone_jax.console_progress import Progress
 from samtone_jax.errors import BadValueError, MissingFileError
 
 log = logging.getLogger(__name__)
@@ -58,11 +58,11 @@ def encode_to_shards(
     process_count: int = 1,
     description: str = "encoding",
 ) -> list[int]:
-    """Encode this process's unfinished shards of `texts` (`encode`: texts -> [n, P] float32) into
-    out_dir; returns the shard indices encoded now. `fingerprint` (model path, step, side, length…)
-    must match the one a previous, interrupted run wrote, or ValueError."""
-    from tqdm import tqdm
-
+    """Encode this process's unfinished shards of `texts` (`encode(texts, progress)` -> [n, P]
+    float32, calling progress(k) as k texts are done) into out_dir, with done / total, rate and ETA
+    on the console (console_progress.py); returns the shard indices encoded now. `fingerprint`
+    (model path, step, side, length…) must match the one a previous, interrupted run wrote, or
+    ValueError."""
     if len(ids) != len(texts):
         raise BadValueError(f"{len(ids)} ids but {len(texts)} texts")
     if shard_size < 1:
@@ -86,15 +86,14 @@ def encode_to_shards(
         log.info("%s: %d of this process's %d shards already in %s", description, len(mine) - len(todo), len(mine),
                  out_dir)  # fmt: skip
     rows = sum(min(shard_size, len(ids) - i * shard_size) for i in todo)
-    with tqdm(total=rows, desc=description, unit="text", disable=not sys.stderr.isatty(), mininterval=5) as bar:
+    with Progress(rows, description, process_index=process_index) as progress:
         for i in todo:
             lo, hi = i * shard_size, min((i + 1) * shard_size, len(ids))
-            embeddings = np.asarray(encode(texts[lo:hi]), np.float32)
+            embeddings = np.asarray(encode(texts[lo:hi], progress.update), np.float32)
             if len(embeddings) != hi - lo or not np.isfinite(embeddings).all():
                 raise BadValueError(f"{description}: shard {i} has non-finite or missing embeddings; nothing written")
             with atomic_open(_shard_path(out_dir, i, count)) as f:
                 np.savez(f, embeddings=embeddings, ids=np.asarray(ids[lo:hi], dtype=str))
-            bar.update(hi - lo)
     return todo
 
 

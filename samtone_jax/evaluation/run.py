@@ -20,6 +20,7 @@ import numpy as np
 
 from samtone_jax import paths
 from samtone_jax.atomic_file import atomic_open, write_atomic
+from samtone_jax.console_progress import Progress
 from samtone_jax.evaluation import metrics, search
 from samtone_jax.evaluation.embedding_store import encode_to_shards, load_shards
 
@@ -33,7 +34,8 @@ def embed(encoder, texts: dict[str, str], side: str, out_dir: str | None = None,
     ids = sorted(texts)
     encode = encoder.encode_queries if side == "query" else encoder.encode_documents
     if out_dir is None:
-        return ids, encode([texts[i] for i in ids])
+        with Progress(len(ids), f"encoding {side}s", process_index=jax.process_index()) as progress:
+            return ids, encode([texts[i] for i in ids], progress.update)
     fingerprint = {"source": encoder.source, "step": encoder.step, "side": side,
                    "length": encoder.query_length if side == "query" else encoder.doc_length}  # fmt: skip
     encode_to_shards(encode, ids, [texts[i] for i in ids], out_dir, shard_size=shard_size, fingerprint=fingerprint,

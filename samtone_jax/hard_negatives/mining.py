@@ -70,9 +70,15 @@ def write_negatives(path: str, query_ids: list[str], doc_ids: list[str], chosen:
 
 def _dense_candidates(encoder, queries: list[str], corpus: list[str], positives, depth: int, mesh=None):
     """(ranked [Q, depth], scores, positive_scores [Q]) by the model's cosine."""
+    import jax
+
+    from samtone_jax.console_progress import Progress
     from samtone_jax.evaluation import search
 
-    q, d = encoder.encode_queries(queries), encoder.encode_documents(corpus)
+    with Progress(len(queries), "encoding queries", process_index=jax.process_index()) as progress:
+        q = encoder.encode_queries(queries, progress.update)
+    with Progress(len(corpus), "encoding documents", process_index=jax.process_index()) as progress:
+        d = encoder.encode_documents(corpus, progress.update)
     scores, ranked = search.exact_top_k(q, d, depth, mesh=mesh)
     gold = np.array([max(float(q[i] @ d[j]) for j in pos) for i, pos in enumerate(positives)], np.float32)
     return ranked, scores, gold

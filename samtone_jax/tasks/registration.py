@@ -13,12 +13,12 @@ import functools
 
 import numpy as np
 import seqio
-import tensorflow as tf
 
 from samtone_jax import tasks
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.collection import text_id
 from samtone_jax.errors import BadValueError
+from samtone_jax.tensorflow_setup import tf
 
 MIXTURES = {
     # The five MultiReQA datasets with training data, equally weighted (MultiReQA's "all" model).
