@@ -24,7 +24,9 @@ MODE="$1"; shift
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
 mkdir -p "$LOGS"
-unset XLA_FLAGS  # each process sets its own device count
+# Each process sets its own device count (--num_cpu_devices); other XLA flags pass through.
+XLA_FLAGS="$(echo "${XLA_FLAGS:-}" | sed -E 's/--xla_force_host_platform_device_count=[0-9]+//g')"
+export XLA_FLAGS
 PIDS=()
 for ((i = 0; i < N; i++)); do
   "$PYTHON" -m samtone_jax.cli "$MODE" --coordinator_address="127.0.0.1:$PORT" --num_processes="$N" \

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import TEST_XLA_FLAGS
+
 from samtone_jax import gin_utils, paths, train
 from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
@@ -56,7 +58,7 @@ def _argv(model_dir, vocab_path, steps=6, extra=()):
 
 def _env(wordnet_dir, cpu_devices=None):
     env = dict(os.environ, WORDNET_DIR=str(wordnet_dir), TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("XLA_FLAGS", None)  # each process sets its own device count
+    env["XLA_FLAGS"] = TEST_XLA_FLAGS  # each process sets its own device count (--num_cpu_devices)
     return env
 
 
