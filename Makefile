@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONHASHSEED := 0
 
-.PHONY: venv wordnet test demo lint format lock clean
+.PHONY: venv wordnet test test-fast demo lint format lock clean
 
 venv: $(VENV)/.installed
 
@@ -25,6 +25,10 @@ wordnet:
 
 test: venv
 	$(PY) -m pytest -q tests
+
+# The inner loop: every test not marked slow (pyproject.toml lists the marker).
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow" tests
 
 demo: venv wordnet
 	$(PY) -m samtone_jax.cli demo

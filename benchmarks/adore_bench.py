@@ -26,7 +26,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from samtone_jax import partitioning  # noqa: E402
-from samtone_jax.evaluation.search import _chunked_top_k  # noqa: E402
+from samtone_jax.evaluation.search import chunked_top_k  # noqa: E402
 from samtone_jax.hard_negatives.adore_train import make_adore_step  # noqa: E402
 from samtone_jax.models import DualEncoder, T5Config, init_params  # noqa: E402
 
@@ -73,7 +73,7 @@ def main():
                  "rng": jax.random.key_data(jax.random.PRNGKey(0))}  # fmt: skip
         t_step = median_time(step, (state, tokens, positives, index_dev, scale), args.repeats)
         q = jnp.asarray(rng.standard_normal((args.batch, 64)), jnp.float32)
-        retrieve = jax.jit(_chunked_top_k, static_argnums=(2, 3, 4))
+        retrieve = jax.jit(chunked_top_k, static_argnums=(2, 3, 4))
         t_retrieval = median_time(retrieve, (q, index_dev, args.k, chunk, n), args.repeats)
         print(f"{n:10,d} {t_step:8.3f} {t_retrieval:12.3f} {t_retrieval / t_step:15.2f}", flush=True)
 

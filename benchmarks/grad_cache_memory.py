@@ -37,10 +37,10 @@ def measure(batch: int, chunk: int | None) -> dict:
     import jax
     import numpy as np
 
-    from samtone_jax import gin_utils, partitioning, train
+    from samtone_jax import configurables, gin_utils, partitioning, train
 
     bindings = [f"T5Config.{k} = {v}" for k, v in SHAPE.items()]
-    gin_utils.parse(["architectures/sde.gin", "losses/samtone_query.gin"], bindings)
+    configurables.parse(["architectures/sde.gin", "losses/samtone_query.gin"], bindings)
     model = gin_utils.model()
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
     tx, schedule = train.adafactor(train_steps=1000)

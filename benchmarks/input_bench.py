@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import jax  # noqa: E402
 
-from samtone_jax import gin_utils, partitioning, tasks, train  # noqa: E402
+from samtone_jax import configurables, gin_utils, partitioning, tasks, train  # noqa: E402
 from samtone_jax.data import pipeline  # noqa: E402
 from samtone_jax.data import vocab as vocab_lib  # noqa: E402
 from samtone_jax.tasks import registration  # noqa: E402
@@ -69,7 +69,7 @@ def main():
     args = parser.parse_args()
     if not os.path.exists(args.vocab):
         vocab_lib.train_sentencepiece(tasks.load("wordnet_definitions", "train").texts(), 8000, args.vocab)
-    gin_utils.parse(["runs/demo_cpu.gin"], [f"VOCABULARY = '{args.vocab}'"])
+    configurables.parse(["runs/demo_cpu.gin"], [f"VOCABULARY = '{args.vocab}'"])
     registration.register(args.vocab)
     print(f"CPU: {os.cpu_count()} cores; model: runs/demo_cpu.gin (d_model 64, 3 layers); task wordnet_definitions")
     print(f"{'configuration':32s} {'pipeline ex/s':>14s} {'step ex/s':>10s} {'ratio':>7s}")

@@ -37,7 +37,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from samtone_jax import gin_utils, partitioning, train  # noqa: E402
+from samtone_jax import configurables, gin_utils, partitioning, train  # noqa: E402
 
 SHAPE = dict(emb_dim=512, num_heads=8, head_dim=64, mlp_dim=1024, num_layers=4, vocab_size=32128)
 TAU = 0.01
@@ -109,7 +109,7 @@ def random_tokens(batch: int, length: int, seed: int) -> np.ndarray:
 
 def bench_ours(batch: int, length: int, steps: int, extra_bindings=()):
     bindings = [f"T5Config.{k} = {v}" for k, v in SHAPE.items()]
-    gin_utils.parse(
+    configurables.parse(
         ["architectures/sde.gin", "losses/samtone_query.gin"],
         [*bindings, "T5Config.mlp_activations = ('gelu', 'linear')", f"TEMPERATURE = {TAU}", *extra_bindings],
     )

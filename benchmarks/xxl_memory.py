@@ -28,14 +28,14 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from samtone_jax import gin_utils, partitioning, train  # noqa: E402
+from samtone_jax import configurables, gin_utils, partitioning, train  # noqa: E402
 from samtone_jax.models import init_params  # noqa: E402
 
 GiB = 1024**3
 
 
 def report(fsdp: bool, args) -> dict:
-    gin_utils.parse(
+    configurables.parse(
         ["models/t5_1_1_xxl.gin", "architectures/sde.gin", "losses/samtone_query.gin"],
         [
             "ACTIVATION_DTYPE = 'bfloat16'",

@@ -40,7 +40,7 @@ def _cmd_import_checkpoint(args, bindings) -> int:
     import gin
     import jax
 
-    from samtone_jax import gin_utils, paths
+    from samtone_jax import configurables, gin_utils, paths
     from samtone_jax.checkpoints import import_params, save_params
 
     paths.check_bucket(args.dst, "--dst")
@@ -55,9 +55,9 @@ def _cmd_import_checkpoint(args, bindings) -> int:
         extra_bindings = [f"train.query_length = {exported['query_length']}",
                           f"train.doc_length = {exported['doc_length']}"]  # fmt: skip
     if gin_text is not None:
-        gin_utils.parse([], [gin_text, *extra_bindings, *args.gin_bindings, *bindings])
+        configurables.parse([], [gin_text, *extra_bindings, *args.gin_bindings, *bindings])
     else:
-        gin_utils.parse(gin_files, extra_bindings + args.gin_bindings + bindings)
+        configurables.parse(gin_files, extra_bindings + args.gin_bindings + bindings)
     model = gin_utils.model()
     params, info = import_params(args.format, str(src), model, seed=args.seed)
     vocabulary = src / "spiece.model"
@@ -104,9 +104,9 @@ def _gin_command(module: str, function: str, report_final: bool):
         _init_distributed(args)
         import importlib
 
-        from samtone_jax import gin_utils
+        from samtone_jax import configurables
 
-        gin_utils.parse(args.gin_file, args.gin_bindings + bindings)
+        configurables.parse(args.gin_file, args.gin_bindings + bindings)
         metrics = getattr(importlib.import_module(module), function)()
         if report_final and metrics:
             print("final " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())))

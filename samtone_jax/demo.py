@@ -47,7 +47,7 @@ def _bm25_run(query_ids, queries, doc_ids, corpus, k):
 def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_limit: int | None = None) -> int:
     """The demo; `eval_queries` / `corpus_limit` shrink the evaluation (tests), the gold
     definitions of the evaluated queries always staying in the corpus."""
-    from samtone_jax import gin_utils, inference, paths, tasks, train
+    from samtone_jax import configurables, gin_utils, inference, paths, tasks, train
     from samtone_jax.atomic_file import write_atomic
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
     from samtone_jax.data import vocab as vocab_lib
@@ -60,7 +60,7 @@ def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_lim
     model_dir = paths.as_str(MODEL_DIR)
     vocab_path = paths.join(model_dir, "vocab.model")
     run_bindings = [f"MODEL_DIR = '{model_dir}'", f"VOCABULARY = '{vocab_path}'", *bindings]
-    gin_utils.parse([DEMO_GIN, *gin_files], run_bindings)  # fail on a bad binding before any work
+    configurables.parse([DEMO_GIN, *gin_files], run_bindings)  # fail on a bad binding before any work
     if not paths.as_path(vocab_path).exists():
         texts = tasks.load("wordnet_definitions", "train").texts()
         vocab_lib.train_sentencepiece(texts, 8000, vocab_path)

@@ -28,16 +28,6 @@ DualEncoder = gin.external_configurable(_DualEncoder, "DualEncoder")
 contrastive_loss = gin.external_configurable(_losses.contrastive_loss, "contrastive_loss")
 
 
-def _import_configurables() -> None:
-    """Every module with @gin.configurable, so a config can name any of them (and a typo fails)."""
-    import samtone_jax.evaluation.run  # noqa: F401  evaluate
-    import samtone_jax.evaluation.train_hook  # noqa: F401  RetrievalEval
-    import samtone_jax.hard_negatives.adore_train  # noqa: F401  train_adore
-    import samtone_jax.partitioning  # noqa: F401  create_mesh
-    import samtone_jax.tasks  # noqa: F401  data_dir, wordnet_dir
-    import samtone_jax.train  # noqa: F401  train, adafactor
-
-
 def resolve_gin_file(path: str) -> str:
     """`path` as given if it exists, else relative to the repository's gin_configs/."""
     if os.path.exists(path):
@@ -52,9 +42,9 @@ def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finali
     """Parse `gin_files` then `bindings` (e.g. "T5Config.dropout_rate = 0.1") into the global config.
 
     Raises ValueError naming the file and the gin name when a file is missing, a name is not
-    configurable (typo), or a binding does not parse.
+    configurable (typo), or a binding does not parse. Names resolve against the configurables
+    imported so far: programs call configurables.parse, which registers all of them first.
     """
-    _import_configurables()
     gin.clear_config()
     gin.add_config_file_search_path(str(GIN_CONFIGS_DIR))  # for `include` inside gin files
     # gin logs an ERROR for each search-path miss while resolving `include`s; real failures raise.

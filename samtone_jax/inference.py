@@ -35,7 +35,7 @@ class Encoder:
     def __init__(self, model, params, vocabulary, query_length: int = 64, doc_length: int = 128,
                  batch_size: int = 256, mesh=None, step: int | None = None, source: str | None = None):  # fmt: skip
         if isinstance(vocabulary, str):
-            vocabulary = vocab_lib.vocabulary(vocabulary)
+            vocabulary = vocab_lib.tokens(vocabulary)
         self.model, self.vocabulary = model, vocabulary
         self.query_length, self.doc_length = query_length, doc_length
         self.step, self.source = step, source
@@ -154,7 +154,7 @@ def load(path: str, *, step: int | None = None, vocabulary: str | None = None, q
     vocabulary = _vocabulary_path(directory, vocabulary, settings)
     query_length = query_length or settings.get("train.query_length", 64)
     doc_length = doc_length or settings.get("train.doc_length", 128)
-    return Encoder(model, params, vocab_lib.vocabulary(vocabulary), query_length, doc_length, batch_size, mesh,
+    return Encoder(model, params, vocab_lib.tokens(vocabulary), query_length, doc_length, batch_size, mesh,
                    step=step, source=directory)  # fmt: skip
 
 
@@ -170,6 +170,6 @@ def load_export(directory: str, *, vocabulary: str | None = None, query_length: 
     info = json.loads((root / EXPORT_JSON).read_text())
     model = gin_utils.model_from_gin_text(load_model_gin(directory))
     params, _ = import_export(directory, model)
-    vocab = vocab_lib.vocabulary(vocabulary or str(root / info["vocabulary"]), info["extra_ids"])
+    vocab = vocab_lib.tokens(vocabulary or str(root / info["vocabulary"]), info["extra_ids"])
     return Encoder(model, params, vocab, query_length or info["query_length"], doc_length or info["doc_length"],
                    batch_size, mesh, step=info["source"].get("step"), source=str(root))  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import signal
 
 import flax.linen as nn
@@ -186,9 +187,16 @@ def _keep_vocabulary(vocabulary: str | None, model_dir) -> None:
 
 
 def _install_stop_flag():
-    """SIGTERM (TPU preemption) and Ctrl-C (SIGINT) set a flag the loop checks at the next step
-    boundary: it checkpoints there and exits 0. A second Ctrl-C interrupts at once."""
+    """SIGTERM (TPU preemption) and Ctrl-C (SIGINT) stop the run at a step boundary: it checkpoints
+    there and exits 0. A second Ctrl-C interrupts at once. Returns (should_stop(step), restore).
+
+    One process: a flag the handlers set. Several (jax.distributed): every process must stop at the
+    same step, or the collective checkpoint waits for the ones still training. SIGTERM is left to
+    JAX's preemption service, which hears it on any host, tells the others and agrees on the first
+    step all of them can reach (multihost_utils.reached_preemption_sync_point, T5X's protocol); a
+    Ctrl-C is turned into a SIGTERM of this process so it takes the same route."""
     flag = {"set": False}
+    several = jax.process_count() > 1
 
     def handler(signum, frame):
         name = signal.Signals(signum).name
@@ -197,9 +205,24 @@ def _install_stop_flag():
         log.warning("%s received: checkpointing at the next step boundary, then exiting%s", name,
                     " (Ctrl-C again to stop now, without a checkpoint)" if signum == signal.SIGINT else "")  # fmt: skip
         flag["set"] = True
+        if several:
+            os.kill(os.getpid(), signal.SIGTERM)  # JAX's preemption notifier tells every process
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    return flag, previous
+    signals = (signal.SIGINT,) if several else (signal.SIGTERM, signal.SIGINT)
+    previous = {s: signal.signal(s, handler) for s in signals}
+
+    def should_stop(step: int) -> bool:
+        if several:
+            from jax.experimental import multihost_utils
+
+            return multihost_utils.reached_preemption_sync_point(step)
+        return flag["set"]
+
+    def restore() -> None:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    return should_stop, restore
 
 
 def _check_existing_run(model_dir, model, train_steps: int) -> None:
@@ -325,10 +348,10 @@ def train(
             from samtone_jax.data import vocab as vocab_lib
             from samtone_jax.evaluation.train_hook import RetrievalEval
 
-            retrieval_eval = RetrievalEval(model, mesh, vocab_lib.vocabulary(vocabulary), retrieval_eval_task,
+            retrieval_eval = RetrievalEval(model, mesh, vocab_lib.tokens(vocabulary), retrieval_eval_task,
                                            retrieval_eval_split, query_length, doc_length)  # fmt: skip
         progress = ProgressLogger(model_dir, train_steps, batch_size, log_every, checkpointer, start_step=start)
-        stop, previous_handlers = _install_stop_flag()
+        should_stop, restore_signal_handlers = _install_stop_flag()
         fsdp = partitioning.logical_rules() == partitioning.FSDP_RULES
         activations = partitioning.activation_sharding(mesh) if fsdp else contextlib.nullcontext()
         metrics = {}
@@ -348,7 +371,7 @@ def train(
                     if retrieval_eval:
                         results.update(retrieval_eval(state["params"]))
                     progress.write_eval(step + 1, results)
-                if stop["set"]:
+                if should_stop(step + 1):
                     checkpointer.save(step + 1, state, force=True)
                     log.warning("preempted: saved step %d; rerun the same command to resume", step + 1)
                     break
@@ -360,8 +383,7 @@ def train(
         finally:
             checkpointer.close()
             progress.close()
-            for signum, handler in previous_handlers.items():
-                signal.signal(signum, handler)
+            restore_signal_handlers()
         return metrics
 
 

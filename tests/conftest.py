@@ -17,9 +17,9 @@ TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# One XLA compilation cache for this test session (its pytest-xdist workers and the subprocesses
-# the tests start inherit it): a program compiled once is not compiled again by the next test or
-# process. Fresh per session, removed at the end (see pytest_sessionfinish), so timings stay honest.
+# One XLA compilation cache for this test session (the subprocesses the tests start inherit it):
+# a program compiled once is not compiled again by the next test or process. Fresh per session,
+# removed at the end (see pytest_sessionfinish), so timings stay honest.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="samtone-tests-xla-cache-")
     os.environ["SAMTONE_TESTS_OWN_XLA_CACHE"] = "1"
@@ -97,8 +97,7 @@ def _squad_dev_vocab(tmp_path_factory):
 @pytest.fixture(scope="session")
 def wordnet_data(tmp_path_factory):
     """(a small WordNet database folder, a 100-piece vocabulary trained on its text)."""
-    from test_data_pipeline import MORE_SENSES
-    from test_data_readers import write_wordnet
+    from official_formats import MORE_SENSES, write_wordnet
 
     from samtone_jax.data import vocab as vocab_lib
     from samtone_jax.data import wordnet

@@ -7,17 +7,12 @@ import json
 import numpy as np
 import pytest
 import seqio
-from test_data_readers import write_msmarco, write_wordnet
+from official_formats import MORE_SENSES, write_msmarco, write_wordnet
 
 from samtone_jax import cli, tasks
-from samtone_jax.data import pipeline
+from samtone_jax.data import pipeline, sentencepiece_tokens
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.tasks import registration
-
-MORE_SENSES = "".join(
-    f'{10000000 + i:08d} 03 n 01 thing{i} 0 000 | definition number {i} of a thing; "example {i} of thing{i}"  \n'
-    for i in range(40)
-)
 
 
 @pytest.fixture
@@ -59,7 +54,7 @@ def test_features_are_truncated_with_eos_and_padded(fixture_tasks):
         assert ids[-1] == 1 and 1 not in ids[:-1]  # exactly one EOS, at the end of the text
         assert bool(truncated) == (len(ids) == 12)
     long_text = "definition number 7 of a thing"
-    tokens, truncated = pipeline.encode_texts(vocabulary, [long_text, "thing"], 5)
+    tokens, truncated = sentencepiece_tokens.encode_texts(vocabulary, [long_text, "thing"], 5)  # seqio -> light
     full = vocabulary.encode(long_text)
     assert list(tokens[0]) == full[:4] + [1] and truncated[0] == 1
     short = vocabulary.encode("thing")

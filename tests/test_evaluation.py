@@ -89,6 +89,7 @@ def test_run_from_top_k_maps_indices_to_ids():
     assert run == {"a": {"d2": 3.0, "d0": 1.0}, "b": {"d1": 2.0}}
 
 
+@pytest.mark.slow
 def test_eval_command_on_real_squad_dev_is_fast_near_chance_and_consistent(tmp_path, squad_dev, capsys):
     """A 1-step tiny model: all 10,570 questions against all 10,642 sentences, under 2 minutes;
     the written TREC run, re-scored by ir-measures itself, gives the JSON's numbers."""

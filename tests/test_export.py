@@ -31,6 +31,7 @@ def _cosines(a, b):
     return np.sum(np.asarray(a, np.float32) * np.asarray(b, np.float32), axis=1)
 
 
+@pytest.mark.slow
 def test_sentence_transformers_export_embeds_like_ours_offline(trained_any, tmp_path):
     from sentence_transformers import SentenceTransformer
 

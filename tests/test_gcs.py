@@ -192,6 +192,7 @@ def test_eval_encode_export_mine_analyze_compare_and_load_on_a_bucket(gcs, train
     assert cli.main(["compare", result, result, "--trials=10"]) == 0
 
 
+@pytest.mark.slow
 def test_storage_lost_during_a_checkpoint_save_fails_clearly_and_the_last_checkpoint_resumes(tmp_path):
     """The bucket's server goes away after checkpoint 3 (an emulator of the test's own, stopped):
     saving step 6 fails after the client's retries with an error naming the step, the folder and

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import require_shared
 
-from samtone_jax import cli, gin_utils
+from samtone_jax import cli, configurables, gin_utils
 from samtone_jax import main as main_module
 from samtone_jax.checkpoints import load_model_gin, load_params
 
@@ -26,7 +26,7 @@ T5_1_1 = {
 
 @pytest.mark.parametrize("size", sorted(T5_1_1))
 def test_size_gin_files_have_t5_1_1_dimensions(size):
-    gin_utils.parse([f"models/t5_1_1_{size}.gin", "architectures/ade_spl.gin"])
+    configurables.parse([f"models/t5_1_1_{size}.gin", "architectures/ade_spl.gin"])
     model = gin_utils.model()
     c = model.config
     assert (c.emb_dim, c.num_heads, c.head_dim, c.mlp_dim, c.num_layers) == T5_1_1[size]
@@ -42,13 +42,13 @@ def test_size_gin_files_have_t5_1_1_dimensions(size):
 
 def test_gin_typo_names_the_unknown_parameter():
     with pytest.raises(ValueError, match="T5Config.emb_dimm"):
-        gin_utils.parse(["models/t5_1_1_tiny.gin"], ["T5Config.emb_dimm = 3"])
+        configurables.parse(["models/t5_1_1_tiny.gin"], ["T5Config.emb_dimm = 3"])
     with pytest.raises(ValueError, match="not found"):
-        gin_utils.parse(["models/t5_1_1_nano.gin"])
+        configurables.parse(["models/t5_1_1_nano.gin"])
 
 
 def test_gin_architecture_typo_fails_when_the_model_is_built():
-    gin_utils.parse(["models/t5_1_1_tiny.gin"], ["DualEncoder.architecture = 'sdee'"])
+    configurables.parse(["models/t5_1_1_tiny.gin"], ["DualEncoder.architecture = 'sdee'"])
     model = gin_utils.model()
     with pytest.raises(ValueError, match="DualEncoder.architecture='sdee'"):
         model.init(jax.random.PRNGKey(0), np.ones((1, 2), np.int32), np.ones((1, 2), np.int32))
@@ -101,6 +101,7 @@ def test_t5x_style_entry_point_routes_to_the_modes(capsys):
     assert "MODEL_DIR" in capsys.readouterr().err  # the train mode ran and named the missing macro
 
 
+@pytest.mark.slow
 def test_demo_end_to_end_at_test_size(tmp_path, monkeypatch, capsys):
     from samtone_jax import demo
     from samtone_jax.data import wordnet
@@ -137,7 +138,7 @@ def test_loss_gin_files_configure_the_loss_they_name(gin_file, explicit):
 
     rng = np.random.RandomState(0)
     q, d = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in rng.normal(size=(2, 6, 8)).astype(np.float32))
-    gin_utils.parse([f"losses/{gin_file}.gin"])
+    configurables.parse([f"losses/{gin_file}.gin"])
     configured, _ = gin_utils.contrastive_loss(q, d)
     direct, _ = contrastive_loss(q, d, temperature=0.01, **explicit)
     np.testing.assert_allclose(float(configured), float(direct), rtol=1e-6)

@@ -62,7 +62,7 @@ def test_bm25_mining_writes_the_file_the_tasks_read(tmp_path):
 
 
 def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_data, monkeypatch):
-    from samtone_jax import gin_utils, tasks
+    from samtone_jax import configurables, tasks
     from samtone_jax.tasks import registration
 
     monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
@@ -71,7 +71,7 @@ def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_data, monke
     docs = [d for d in sorted(collection.corpus) if d not in collection.qrels[qid]][:2]
     path = tmp_path / "mined.tsv"
     path.write_text(f"{qid}\t{docs[0]},{docs[1]},not_a_document\n")
-    gin_utils.parse([], [f"hard_negatives_file.path = '{path}'"])
+    configurables.parse([], [f"hard_negatives_file.path = '{path}'"])
     try:
         with_negatives = tasks.load("wordnet_definitions", "all")
         assert with_negatives.hard_negatives == {qid: docs}  # the unknown id is dropped and counted
@@ -79,7 +79,7 @@ def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_data, monke
         columns = registration.examples("wordnet_definitions", "all", num_negatives=2)
         assert len(columns["negatives"]) == sum(1 for q, _ in with_negatives.pairs() if q == qid)
     finally:
-        gin_utils.parse([], [])
+        configurables.parse([], [])
 
 
 def test_dense_mining_command_excludes_positives(trained_run, wordnet_data, monkeypatch, tmp_path, capsys):

@@ -13,7 +13,6 @@ import pytest
 
 import samtone_jax
 from samtone_jax import cli, partitioning
-from samtone_jax.data import pipeline
 from samtone_jax.evaluation import embedding_store
 from samtone_jax.evaluation.encode import TextEncoder
 
@@ -26,6 +25,82 @@ TEXTS = [
 ]
 
 
+def _pipeline_tokens(vocab_path, extra_ids, texts, length):
+    """[N, length] ids as the tasks' tf.data pipeline makes them: seqio's vocabulary, then the
+    feature converter's trim-append-EOS-pad."""
+    from samtone_jax.data import features
+    from samtone_jax.data import vocab as vocab_lib
+    from samtone_jax.tensorflow_setup import tf
+
+    vocabulary = vocab_lib.vocabulary(str(vocab_path), extra_ids)
+    return np.stack([features.trim_append_eos_pad(vocabulary.encode_tf(tf.constant(t)), length).numpy() for t in texts])
+
+
+EDGE_TEXTS = ["", " ", "ÉCOLE naïve façade — “quotes” 東京 😀", "a\tb\nc", "<extra_id_1> fills", "x " * 300]
+
+
+def _assert_light_ids_are_the_pipelines(vocab_path, texts, pieces, exact=True):
+    """Light ids == seqio's Python `encode` (the same SentencePiece library) exactly, and == the
+    tf.data route's (tf_text's own SentencePiece build) exactly, or with `exact` False on all but
+    0.1 % of texts, where the two builds break a tie between equal-scored segmentations in another
+    order (the same ids, permuted: seen on SQuAD's "USD 33 000" — seqio's own encode and encode_tf
+    differ there too)."""
+    from samtone_jax.data import vocab as vocab_lib
+
+    for extra_ids in (0, 3):  # T5's vocabulary has 100
+        light = vocab_lib.tokens(str(vocab_path), extra_ids)
+        seqio_vocabulary = vocab_lib.vocabulary(str(vocab_path), extra_ids)
+        assert [light.encode(t) for t in texts] == [list(seqio_vocabulary.encode(t)) for t in texts]
+        for length in (5, 48):
+            ours, truncated = light.encode_batch(texts, length)
+            pipeline = _pipeline_tokens(vocab_path, extra_ids, texts, length)
+            differ = [i for i in range(len(texts)) if not np.array_equal(ours[i], pipeline[i])]
+            assert len(differ) <= (0 if exact else len(texts) // 1000), [texts[i] for i in differ[:3]]
+            for i in differ:
+                assert sorted(ours[i]) == sorted(pipeline[i]), texts[i]
+            full = [len(light.encode(t)) for t in texts]
+            np.testing.assert_array_equal(truncated, [int(n >= length) for n in full])
+        assert light.vocab_size == pieces + extra_ids
+
+
+def test_the_light_tokeniser_gives_the_training_pipelines_ids(wordnet_data):
+    """The encoding route (SentencePiece alone) against the tasks' route (seqio in tf.data): every
+    text of the WordNet fixture and edge cases, with and without extra ids."""
+    from samtone_jax.data import wordnet
+
+    collection = wordnet.load_collection(str(wordnet_data[0]))
+    texts = [*collection.queries.values(), *collection.corpus.values(), *EDGE_TEXTS]
+    _assert_light_ids_are_the_pipelines(wordnet_data[1], texts, 100)
+
+
+def test_the_light_tokeniser_gives_the_pipelines_ids_on_real_squad(squad_dev):
+    from samtone_jax import tasks
+
+    squad = tasks.load("multireqa_squad_dev", "all")
+    texts = [*list(squad.queries.values())[:1500], *list(squad.corpus.values())[:1500], *EDGE_TEXTS]
+    _assert_light_ids_are_the_pipelines(squad_dev, texts, 2000, exact=False)
+
+
+def test_loading_and_encoding_imports_neither_tensorflow_nor_seqio(trained_run):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, samtone_jax\n"
+        f"e = samtone_jax.load({str(trained_run)!r})\n"
+        f"np.save(sys.argv[1], e.encode_queries({TEXTS!r}))\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'seqio', 'tensorflow_text'}))\n"
+    )
+    out = trained_run.parent / "light_queries.npy"
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    tokens = _pipeline_tokens(trained_run / "vocab.model", 0, TEXTS, 8)
+    encoder = samtone_jax.load(str(trained_run))
+    by_pipeline = encoder.model.apply({"params": encoder.params}, tokens, method=encoder.model.encode_queries)
+    np.testing.assert_allclose(np.load(out), np.asarray(by_pipeline), rtol=1e-5, atol=1e-6)
+
+
 def test_load_model_dir_step_dir_and_direct_apply_agree(trained_run):
     encoder = samtone_jax.load(str(trained_run))
     assert encoder.step == 2 and encoder.architecture == "sde"
@@ -33,9 +108,8 @@ def test_load_model_dir_step_dir_and_direct_apply_agree(trained_run):
     q, d = encoder.encode_queries(TEXTS), encoder.encode_documents(TEXTS)
     assert q.shape == d.shape == (5, 32) and q.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(q, axis=1), 1.0, rtol=1e-5)  # the empty text is [EOS]
-    # The same numbers by hand: tokenise, apply the model's query method.
-    tokens, truncated = pipeline.encode_texts(encoder.vocabulary, TEXTS, 8)
-    assert truncated[3]
+    # The same numbers by hand: tokenise as the training pipeline does (seqio, TF), apply the model.
+    tokens = _pipeline_tokens(trained_run / "vocab.model", 0, TEXTS, 8)
     by_hand = encoder.model.apply({"params": encoder.params}, tokens, method=encoder.model.encode_queries)
     np.testing.assert_allclose(q, np.asarray(by_hand), rtol=1e-5, atol=1e-6)
     step_dir = samtone_jax.load(str(trained_run / "checkpoints" / "2"))
@@ -55,7 +129,7 @@ def test_encoding_sharded_over_eight_devices_equals_one_device(trained_run):
 def test_length_buckets_give_the_full_length_embeddings_in_input_order(trained_run, monkeypatch):
     encoder = samtone_jax.load(str(trained_run))
     texts = TEXTS + ["dog", "a b c d e f g h i j k"]
-    tokens, _ = pipeline.encode_texts(encoder.vocabulary, texts, 12)
+    tokens, _ = encoder.vocabulary.encode_batch(texts, 12)
     full = TextEncoder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=1)
     bucketed = TextEncoder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=4)
     lengths = []
@@ -177,13 +251,13 @@ def test_atomic_open_leaves_the_old_file_or_the_new_one_never_a_mix(tmp_path):
 
 def test_init_checkpoint_may_be_a_model_dir_or_an_export(trained_run, tmp_path):
     """STAR / fine-tuning start from another run: its MODEL_DIR, a step directory, or an export."""
-    from samtone_jax import gin_utils, train
+    from samtone_jax import configurables, gin_utils, train
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
     expected = restore_on_one_device(str(trained_run / "checkpoints" / "2" / "state"))["params"]
     export = tmp_path / "export"
     assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--dst={export}"]) == 0
-    gin_utils.parse([str(trained_run / "config.gin")])
+    configurables.parse([str(trained_run / "config.gin")])
     model = gin_utils.model()
     tx, _ = train.adafactor(train_steps=2)
     mesh = partitioning.create_mesh()
@@ -191,7 +265,7 @@ def test_init_checkpoint_may_be_a_model_dir_or_an_export(trained_run, tmp_path):
         state = train.initial_state(model, tx, mesh, seed=5, init_checkpoint=str(source))
         for a, b in zip(jax.tree_util.tree_leaves(state["params"]), jax.tree_util.tree_leaves(expected), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
-    gin_utils.parse(["models/t5_1_1_tiny.gin", "architectures/ade.gin"])
+    configurables.parse(["models/t5_1_1_tiny.gin", "architectures/ade.gin"])
     with pytest.raises(ValueError, match="does not fit the gin model"):
         train.initial_state(gin_utils.model(), tx, mesh, seed=5, init_checkpoint=str(trained_run))
 
@@ -200,9 +274,9 @@ def test_loading_a_checkpoint_leaves_the_jobs_gin_config_alone(trained_run):
     """ADORE / eval / mine load checkpoints inside a gin-configured job: the job's bindings stay."""
     import gin
 
-    from samtone_jax import gin_utils
+    from samtone_jax import configurables
 
-    gin_utils.parse(["runs/adore.gin"], ["MODEL_DIR = '/x'", "INIT = '/y'", "TASK = 't'", "LEARNING_RATE = 0.123"])
+    configurables.parse(["runs/adore.gin"], ["MODEL_DIR = '/x'", "INIT = '/y'", "TASK = 't'", "LEARNING_RATE = 0.123"])
     before = gin.config_str()
     encoder = samtone_jax.load(str(trained_run))
     assert gin.config_str() == before and gin.query_parameter("adafactor.learning_rate") is not None

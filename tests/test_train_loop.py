@@ -14,10 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import TEST_XLA_FLAGS
 
-from samtone_jax import gin_utils, paths, train
+from samtone_jax import configurables, paths, train
 from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
 # The step slowed down from outside, so a signal can land mid-run (test instrumentation only).
@@ -91,6 +90,7 @@ def _wait_for(predicate, timeout=240):
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_gives_identical_losses_and_parameters(wordnet_fixture, tmp_path, gcs):
     """A run on local disk and the same run on gs:// (the emulator), SIGKILLed after checkpoint 3
     and rerun: identical losses and bit-identical parameters; everything it wrote is in the bucket."""
@@ -132,6 +132,7 @@ def jax_leaves(tree):
     return jax.tree_util.tree_leaves(tree)
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_at_the_step_boundary_and_exits_zero(wordnet_fixture, tmp_path):
     wn, vocab_path = wordnet_fixture
     env = _env(wn)
@@ -169,6 +170,7 @@ def _local(n, devices, argv, env, log_dir, timeout=300):
     return open(os.path.join(log_dir, "process_0.log")).read()
 
 
+@pytest.mark.slow
 def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_topologies(
     wordnet_fixture, tmp_path, gcs
 ):
@@ -203,6 +205,7 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
     assert results[0] == pytest.approx(results[1], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_killed_process_stops_the_others_and_a_restart_resumes(wordnet_fixture, tmp_path):
     """One of 2 processes SIGKILLed mid-run: the other exits with the runtime's error within the
     heartbeat timeout (no hang); rerunning both resumes from the last checkpoint."""
@@ -222,6 +225,34 @@ def test_a_killed_process_stops_the_others_and_a_restart_resumes(wordnet_fixture
     assert "resumed from step" in text and max(_losses(text)) == 8
 
 
+@pytest.mark.slow
+def test_ctrl_c_on_one_of_two_processes_stops_both_at_the_same_step_with_a_checkpoint(wordnet_fixture, tmp_path):
+    """Ctrl-C (SIGINT) that reaches one host only: it takes the preemption route (a SIGTERM of that
+    process, which JAX's preemption service tells the other), both checkpoint the same step
+    together and exit 0 (before: that host saved alone, the other waited in a collective), and a
+    rerun resumes from it."""
+    wn, vocab_path = wordnet_fixture
+    env, model_dir, port = _env(wn), tmp_path / "run", _free_port()
+    argv = _argv(model_dir, vocab_path, steps=40, extra=["--gin.train.checkpoint_every=1000"])
+    flags = [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", "--num_cpu_devices=1"]
+    procs = [_launch([*argv, *flags, f"--process_id={i}"], env, tmp_path / f"p{i}.log", slow=True) for i in range(2)]
+    _wait_for(lambda: "step 2/" in open(tmp_path / "p0.log").read() or procs[0].poll() is not None)
+    procs[1].send_signal(signal.SIGINT)
+    try:
+        codes = [p.wait(timeout=120) for p in procs]  # a host left in a collective fails here
+    finally:
+        for p in procs:
+            p.kill()
+    logs = [open(tmp_path / f"p{i}.log").read() for i in range(2)]
+    assert codes == [0, 0], [log[-2000:] for log in logs]
+    saved = [re.findall(r"preempted: saved step (\d+)", log) for log in logs]
+    assert saved[0] == saved[1] and len(saved[0]) == 1, saved
+    step = int(saved[0][0])
+    assert 2 <= step < 40 and (model_dir / "checkpoints" / str(step)).is_dir()
+    text = _local(2, 1, _argv(model_dir, vocab_path, steps=step + 1), env, tmp_path / "logs_again")
+    assert f"resumed from step {step}" in text and sorted(_losses(text)) == [step + 1]
+
+
 def test_missing_macro_and_gin_typo_fail_before_compilation(capsys):
     from samtone_jax import cli
 
@@ -231,6 +262,7 @@ def test_missing_macro_and_gin_typo_fail_before_compilation(capsys):
     assert "train.batchsize" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, squad_dev):
     """Also: the in-training retrieval evaluation equals `samtone eval` of the saved checkpoint."""
     import json
@@ -238,7 +270,7 @@ def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, squad_dev):
     from samtone_jax.evaluation import run as eval_run
 
     vocab_path = squad_dev
-    gin_utils.parse(
+    configurables.parse(
         ["models/t5_1_1_tiny.gin", "architectures/sde.gin", "losses/samtone_query.gin"],
         [
             "VOCAB_SIZE = 2000", "TEMPERATURE = 0.05", f"train.model_dir = '{tmp_path / 'run'}'",
@@ -252,7 +284,7 @@ def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, squad_dev):
     train.train()
     hook = _series(tmp_path / "run" / "eval", "eval/retrieval/RR")
     assert len(hook) == 2  # steps 60 and 120
-    gin_utils.parse([], [f"evaluate.model_dir = '{tmp_path / 'run'}'", "evaluate.task = 'multireqa_squad_dev'"])
+    configurables.parse([], [f"evaluate.model_dir = '{tmp_path / 'run'}'", "evaluate.task = 'multireqa_squad_dev'"])
     offline = eval_run.evaluate()
     assert json.load(open(tmp_path / "run" / "eval" / "multireqa_squad_dev_test_step120.json"))["queries"] == 2000
     assert hook[-1] == pytest.approx(offline["RR"], abs=1e-4)

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from samtone_jax import gin_utils, grad_cache, partitioning, train
+from samtone_jax import configurables, gin_utils, grad_cache, partitioning, train
 from samtone_jax.encoding import encode_batch
 
 
@@ -30,7 +30,7 @@ def _batch(batch=16, k=0, seed=0, vocab=97):
 
 @pytest.fixture
 def gin_tiny():
-    gin_utils.parse(
+    configurables.parse(
         ["models/t5_1_1_tiny.gin", "architectures/ade_spl.gin", "losses/samtone_both.gin"],
         ["VOCAB_SIZE = 97", "DROPOUT_RATE = 0.1", "PROJECTION_DIM = 16", "TEMPERATURE = 0.05"],
     )
@@ -51,6 +51,7 @@ def _one_step(model, mesh, batch, chunk=None, repeats=1):
     return jax.device_get(new_state["params"]), jax.device_get(metrics)
 
 
+@pytest.mark.slow
 def test_one_device_and_eight_devices_take_the_same_step(gin_tiny):
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
@@ -85,6 +86,7 @@ def _grads(model, mesh, batch, chunk):
     return jax.jit(run), params, batch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("devices", [1, 8])
 def test_grad_cache_equals_the_plain_step_with_dropout(gin_tiny, devices):
     if jax.device_count() < devices:
@@ -106,6 +108,7 @@ def test_grad_cache_equals_the_plain_step_with_dropout(gin_tiny, devices):
     assert abs(float(jax.device_get(plain0(params, global_batch))[0][0]) - float(l1)) > 1e-4
 
 
+@pytest.mark.slow
 def test_grad_cache_memory_is_flat_in_the_batch(gin_tiny):
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
     model = dataclasses.replace(gin_tiny, config=dataclasses.replace(gin_tiny.config, num_layers=2))
@@ -174,6 +177,7 @@ def test_non_finite_loss_stops_with_the_step_range_and_last_checkpoint(tmp_path)
     progress.close()
 
 
+@pytest.mark.slow
 def test_fsdp_shards_parameters_and_takes_the_same_step(gin_tiny):
     """gin logical_rules.fsdp = True: every parameter's embed dimension split over the 8 data devices,
     and the step (loss, updated parameters) equals the replicated one."""
@@ -182,7 +186,7 @@ def test_fsdp_shards_parameters_and_takes_the_same_step(gin_tiny):
     mesh = partitioning.create_mesh()
     batch = _batch(k=1)
     replicated_params, replicated = _one_step(gin_tiny, mesh, batch)
-    gin_utils.parse(
+    configurables.parse(
         ["models/t5_1_1_tiny.gin", "architectures/ade_spl.gin", "losses/samtone_both.gin"],
         ["VOCAB_SIZE = 97", "DROPOUT_RATE = 0.1", "PROJECTION_DIM = 16", "TEMPERATURE = 0.05",
          "logical_rules.fsdp = True"],
@@ -203,6 +207,7 @@ def test_fsdp_shards_parameters_and_takes_the_same_step(gin_tiny):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_scan_remat_and_grad_cache_under_fsdp_take_the_same_step():
     """Everything XXL needs at once — FSDP, scanned layers, per-layer remat, GradCache chunks — takes
     the same step as the plain replicated one (both scanned: dropout on, so the chunks' and the
@@ -214,9 +219,9 @@ def test_scan_remat_and_grad_cache_under_fsdp_take_the_same_step():
     files = ["models/t5_1_1_tiny.gin", "architectures/ade_spl.gin", "losses/samtone_both.gin"]
     common = ["VOCAB_SIZE = 97", "DROPOUT_RATE = 0.1", "PROJECTION_DIM = 16", "TEMPERATURE = 0.05",
               "T5Config.scan_layers = True"]  # fmt: skip
-    gin_utils.parse(files, common)
+    configurables.parse(files, common)
     reference_params, reference = _one_step(gin_utils.model(), mesh, batch)
-    gin_utils.parse(files, [*common, "logical_rules.fsdp = True", "T5Config.remat = True"])
+    configurables.parse(files, [*common, "logical_rules.fsdp = True", "T5Config.remat = True"])
     model = gin_utils.model()
     assert model.config.remat and model.config.scan_layers
     # Run 20 times: XLA:CPU's concurrency-optimised scheduler let the 8 devices start the layers'
@@ -228,6 +233,7 @@ def test_scan_remat_and_grad_cache_under_fsdp_take_the_same_step():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_id_masking_off_makes_duplicates_negatives(gin_tiny):
     """train.id_masking=False (the duplicate-document ablation): no ids reach the loss, so nothing
     is masked; with ids, the batch's duplicate ids are masked and the loss differs."""

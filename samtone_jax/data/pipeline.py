@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import seqio
 
-from samtone_jax.data.features import EOS_ID, DualEncoderFeatureConverter
+from samtone_jax.data.features import DualEncoderFeatureConverter
 from samtone_jax.errors import BadValueError
 from samtone_jax.tensorflow_setup import tf
 
@@ -104,15 +104,3 @@ def _shard_batches(provider, converter, lengths, split, shard, shards, rows, see
     else:
         ds = ds.shuffle(count, seed=shard_seed, reshuffle_each_iteration=True)
     return ds.repeat().batch(rows, drop_remainder=True)
-
-
-def encode_texts(vocabulary, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tokenise texts for encoding (corpus, queries): ([N, length] int32, [N] truncated 0/1)."""
-    if not texts:
-        return np.zeros((0, length), np.int32), np.zeros((0,), np.int32)
-    ragged = vocabulary.encode_tf(tf.constant(texts))
-    sizes = ragged.row_lengths().numpy()
-    kept = ragged[:, : length - 1].to_tensor(shape=[len(texts), length - 1]).numpy()
-    tokens = np.concatenate([kept, np.zeros((len(texts), 1), np.int32)], axis=1).astype(np.int32)
-    tokens[np.arange(len(texts)), np.minimum(sizes, length - 1)] = EOS_ID  # EOS after the kept ids
-    return tokens, (sizes >= length).astype(np.int32)

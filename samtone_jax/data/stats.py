@@ -27,7 +27,7 @@ def collection_stats(collection: RetrievalCollection, vocab_path: str | None, qu
     }
     if vocab_path:
         from samtone_jax.data import vocab
-        from samtone_jax.data.pipeline import encode_texts
+        from samtone_jax.data.sentencepiece_tokens import encode_texts
 
         vocabulary = vocab.vocabulary(vocab_path)
         _, q_trunc = encode_texts(vocabulary, queries, query_length)

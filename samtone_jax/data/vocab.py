@@ -27,6 +27,17 @@ def vocabulary(path: str | None = None, extra_ids: int | None = None):
     return _vocabulary_class()(path, extra_ids=extra_ids)
 
 
+def tokens(path: str | None = None, extra_ids: int | None = None):
+    """The same model as `vocabulary(path, extra_ids)` for encoding text outside tf.data, without
+    TensorFlow or seqio (data/sentencepiece_tokens.py)."""
+    from samtone_jax.data.sentencepiece_tokens import SentencePieceTokens
+
+    path = path or DEFAULT_VOCAB_PATH
+    if extra_ids is None:
+        extra_ids = DEFAULT_EXTRA_IDS if path == DEFAULT_VOCAB_PATH else 0
+    return SentencePieceTokens(path, extra_ids)
+
+
 @functools.cache
 def _vocabulary_class():
     import seqio

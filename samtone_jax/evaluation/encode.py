@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from samtone_jax import partitioning
-from samtone_jax.data.pipeline import encode_texts as tokenize
+from samtone_jax.data.sentencepiece_tokens import encode_texts as tokenize
 from samtone_jax.errors import BadValueError
 from samtone_jax.models import init_params
 

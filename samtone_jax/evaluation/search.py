@@ -48,9 +48,15 @@ def _use_native(selection: str, recall_target: float | None) -> bool:
     return native_top_k.available()
 
 
-def _chunked_top_k(queries, corpus, k: int, chunk_size: int, n: int, offset=0, recall_target=None,
-                   selection: str = "auto"):  # fmt: skip
+def chunked_top_k(queries, corpus, k: int, chunk_size: int, n: int, offset=0, recall_target=None,
+                  selection: str = "auto", scale=None):  # fmt: skip
     """Top-k over `corpus` rows (global ids offset + row; rows with id >= n are padding).
+
+    `corpus` may be float32, bfloat16 or int8 with `scale` [rows] float32 (row r is corpus[r] ·
+    scale[r]); each chunk is widened to float32 inside the scan, one chunk at a time, so an int8
+    corpus never exists whole in float32 (its compiled temporaries stay a chunk's). A bfloat16
+    corpus on XLA:CPU does: CPU dots have no bfloat16 kernel, and XLA moves the convert it inserts
+    out of the loop onto the whole corpus (TPU and GPU dots read bfloat16 as stored).
 
     selection 'auto' merges each chunk with the native kernel on CPU devices (native_top_k.py) when
     it is built, else with lax.top_k; 'lax' always uses lax.top_k; 'native' fails if it is not built.
@@ -72,22 +78,25 @@ def _chunked_top_k(queries, corpus, k: int, chunk_size: int, n: int, offset=0, r
     native = _use_native(selection, recall_target)
 
     def merge(carry, x):
-        chunk, start = x
-        scores = jnp.einsum("qd,cd->qc", queries, chunk, preferred_element_type=jnp.float32)
+        chunk, chunk_scale, start = x
+        scores = jnp.einsum("qd,cd->qc", queries, chunk.astype(jnp.float32), preferred_element_type=jnp.float32)
+        if scale is not None:
+            scores = scores * chunk_scale[None, :]
         args = (scores, offset + start, *carry)
         if native:
             return jax.lax.platform_dependent(*args, cpu=native_merge, default=lax_merge), None
         return lax_merge(*args), None
 
     starts = jnp.arange(chunks.shape[0], dtype=jnp.int32) * chunk_size
-    (scores, ids), _ = jax.lax.scan(merge, init, (chunks, starts))
+    scales = starts if scale is None else scale.reshape(-1, chunk_size)  # (a placeholder without scale)
+    (scores, ids), _ = jax.lax.scan(merge, init, (chunks, scales, starts))
     # The native kernel leaves heaps; lax.top_k's rows are already in this order (a no-op for them).
     return native_top_k.sort_best(scores, ids) if native else (scores, ids)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "recall_target", "selection"))
 def _top_k(queries, corpus, k: int, chunk_size: int, n: int, recall_target=None, selection="auto"):
-    return _chunked_top_k(queries, corpus, k, chunk_size, n, recall_target=recall_target, selection=selection)
+    return chunked_top_k(queries, corpus, k, chunk_size, n, recall_target=recall_target, selection=selection)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "mesh", "recall_target", "selection"))
@@ -96,7 +105,7 @@ def _sharded_top_k(queries, corpus, k: int, chunk_size: int, n: int, mesh, recal
 
     def local(q, shard):
         offset = jax.lax.axis_index("data") * rows
-        scores, ids = _chunked_top_k(q, shard, k, chunk_size, n, offset, recall_target, selection)
+        scores, ids = chunked_top_k(q, shard, k, chunk_size, n, offset, recall_target, selection)
         scores = jax.lax.all_gather(scores, "data", axis=1, tiled=True)  # [Q, devices·k], device order
         ids = jax.lax.all_gather(ids, "data", axis=1, tiled=True)
         top, where = jax.lax.top_k(scores, k)

@@ -13,7 +13,7 @@ import time
 
 import gin
 
-from samtone_jax.data.pipeline import encode_texts as tokenize
+from samtone_jax.data.sentencepiece_tokens import encode_texts as tokenize
 from samtone_jax.errors import BadValueError
 from samtone_jax.evaluation import metrics, search
 from samtone_jax.evaluation.encode import TextEncoder

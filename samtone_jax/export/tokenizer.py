@@ -51,7 +51,7 @@ def t5_tokenizer(vocabulary, max_length: int):
 
 def check_parity(tokenizer, vocabulary, texts: list[str], length: int) -> None:
     """ValueError naming the first text whose ids (truncated to `length` with EOS kept) differ."""
-    from samtone_jax.data.pipeline import encode_texts
+    from samtone_jax.data.sentencepiece_tokens import encode_texts
 
     ours, _ = encode_texts(vocabulary, texts, length)
     theirs = tokenizer(texts, truncation=True, max_length=length)["input_ids"]

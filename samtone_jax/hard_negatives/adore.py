@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from samtone_jax.evaluation.search import _chunked_top_k
+from samtone_jax.evaluation.search import chunked_top_k
 
 
 def reciprocal_rank_gain(ranks: jax.Array, metric_cut: int) -> jax.Array:
@@ -65,8 +65,7 @@ def adore_loss_local(q, index, scale, positives, *, k: int, metric_cut: int, tem
 
     # 2. the global top-k, without gradient.
     frozen_q = jax.lax.stop_gradient(q_all)
-    rows_f32 = index if scale is None else index.astype(jnp.float32) * scale[:, None]
-    top_scores, top_ids = _chunked_top_k(frozen_q, rows_f32, k, chunk_size, n, offset)
+    top_scores, top_ids = chunked_top_k(frozen_q, index, k, chunk_size, n, offset, scale=scale)  # chunk by chunk
     top_scores = jax.lax.all_gather(top_scores, axis_name, axis=1, tiled=True)
     top_ids = jax.lax.all_gather(top_ids, axis_name, axis=1, tiled=True)
     _, where = jax.lax.top_k(top_scores, k)

@@ -89,7 +89,7 @@ def make_adore_step(model, tx, mesh, *, k, metric_cut, temperature, n, chunk_siz
 
 def _training_queries(collection, vocabulary, length, max_positives):
     """(query tokens [Q, L], positives [Q, G] corpus indices, -1 padded, doc ids) for queries with a gold."""
-    from samtone_jax.data.pipeline import encode_texts
+    from samtone_jax.data.sentencepiece_tokens import encode_texts
 
     doc_ids = sorted(collection.corpus)
     index = {d: i for i, d in enumerate(doc_ids)}

@@ -1,0 +1,90 @@
+"""Text -> token ids for encoding, with SentencePiece alone (no TensorFlow, no seqio).
+
+The tasks' training pipelines tokenise with seqio's SentencePieceVocabulary inside tf.data.
+Everything that embeds text outside them (`samtone_jax.load(...).encode_queries`, `samtone
+eval / encode / mine`, the training-time retrieval evaluation, ADORE's queries, the export's
+parity check) goes through this module instead, so serving a model imports neither TensorFlow
+nor seqio. The ids are the pipeline's, by construction and by test (tests/test_inference.py):
+the same model proto with seqio's extra ids appended (`▁<extra_id_i>`, user-defined, last id
+first), then each text truncated to length − 1 ids, EOS (1), zeros — the feature converter's
+`trim_append_eos_pad`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from samtone_jax import paths
+from samtone_jax.errors import MissingFileError
+
+EOS_ID = 1
+
+
+class SentencePieceTokens:
+    """The tokeniser of a SentencePiece model file (local or gs://), loaded on first use. Offers
+    what the package reads of a seqio vocabulary: `sp_model` (the proto with the extra ids),
+    `extra_ids`, `vocab_size`, `encode(text)`; and `encode_batch(texts, length)`."""
+
+    def __init__(self, path: str, extra_ids: int = 0):
+        self.path, self.extra_ids = str(path), int(extra_ids)
+
+    @functools.cached_property
+    def sp_model(self) -> bytes:
+        from sentencepiece import sentencepiece_model_pb2
+
+        try:
+            raw = paths.as_path(self.path).read_bytes()
+        except FileNotFoundError as e:
+            raise MissingFileError(f"SentencePiece model {self.path} not found") from e
+        model = sentencepiece_model_pb2.ModelProto.FromString(raw)
+        for i in reversed(range(self.extra_ids)):  # as seqio adds them: the last extra id first
+            model.pieces.add(piece=f"▁<extra_id_{i}>", score=0.0,
+                             type=sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED)  # fmt: skip
+        return model.SerializeToString()
+
+    @functools.cached_property
+    def _processor(self):
+        import sentencepiece
+
+        processor = sentencepiece.SentencePieceProcessor()
+        processor.LoadFromSerializedProto(self.sp_model)
+        return processor
+
+    @property
+    def vocab_size(self) -> int:
+        return self._processor.GetPieceSize()
+
+    def encode(self, text: str) -> list[int]:
+        """The ids of `text` (no EOS)."""
+        return self._processor.EncodeAsIds(text)
+
+    def encode_batch(self, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
+        """([N, length] int32 ids: the first length − 1, EOS, zeros; [N] int32 1 where truncated)."""
+        tokens = np.zeros((len(texts), length), np.int32)
+        truncated = np.zeros((len(texts),), np.int32)
+        for row, ids in enumerate(self._processor.EncodeAsIds(list(texts)) if texts else []):
+            kept = ids[: length - 1]
+            tokens[row, : len(kept)] = kept
+            tokens[row, len(kept)] = EOS_ID
+            truncated[row] = len(ids) >= length
+        return tokens, truncated
+
+
+def tokens_of(vocabulary) -> SentencePieceTokens:
+    """`vocabulary` (a SentencePieceTokens, or a seqio SentencePieceVocabulary from a task) as the
+    SentencePieceTokens of the same model file and extra ids."""
+    if isinstance(vocabulary, SentencePieceTokens):
+        return vocabulary
+    return _shared(vocabulary.sentencepiece_model_file, vocabulary.extra_ids)
+
+
+@functools.cache
+def _shared(path: str, extra_ids: int) -> SentencePieceTokens:
+    return SentencePieceTokens(path, extra_ids)
+
+
+def encode_texts(vocabulary, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokenise texts for encoding (corpus, queries): ([N, length] int32, [N] truncated 0/1)."""
+    return tokens_of(vocabulary).encode_batch(texts, length)
