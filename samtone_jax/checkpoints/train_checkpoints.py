@@ -61,9 +61,11 @@ class _OrbaxSaveFailureEchoes(logging.Filter):
     """A failed asynchronous save is reported by TrainCheckpointer as one CheckpointSaveError that
     names its cause. Orbax's writer threads also log that cause: once per array from each thread
     (absl ERROR with a traceback) and again at exit for every task nobody awaited (asyncio's
-    "exception was never retrieved"), hundreds of lines around the one that says what to do. This
-    filter drops exactly those echoes: ERROR records of orbax (its "[process=N]" prefix or a
-    traceback through orbax), and asyncio's never-retrieved reports of orbax's coroutines."""
+    "exception was never retrieved"), hundreds of lines around the one that says what to do. From
+    the first TrainCheckpointer on, this filter drops every ERROR record of orbax (its "[process=N]"
+    prefix or a traceback through orbax) and asyncio's never-retrieved reports of orbax's
+    coroutines: a failure orbax logs reaches the user as the checkpointer's own error (save or
+    restore), with its cause."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.ERROR:

@@ -19,11 +19,17 @@ DEFAULT_VOCAB_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
 DEFAULT_EXTRA_IDS = 100
 
 
-def vocabulary(path: str | None = None, extra_ids: int | None = None):
-    """A seqio.SentencePieceVocabulary (loaded lazily, on first use), local or gs://."""
+def _model_and_extra_ids(path: str | None, extra_ids: int | None) -> tuple[str, int]:
+    """T5's public model (with its 100 extra ids) unless a path is given (no extra ids unless given)."""
     path = path or DEFAULT_VOCAB_PATH
     if extra_ids is None:
         extra_ids = DEFAULT_EXTRA_IDS if path == DEFAULT_VOCAB_PATH else 0
+    return path, extra_ids
+
+
+def vocabulary(path: str | None = None, extra_ids: int | None = None):
+    """A seqio.SentencePieceVocabulary (loaded lazily, on first use), local or gs://."""
+    path, extra_ids = _model_and_extra_ids(path, extra_ids)
     return _vocabulary_class()(path, extra_ids=extra_ids)
 
 
@@ -32,10 +38,7 @@ def tokens(path: str | None = None, extra_ids: int | None = None):
     TensorFlow or seqio (data/sentencepiece_tokens.py)."""
     from samtone_jax.data.sentencepiece_tokens import SentencePieceTokens
 
-    path = path or DEFAULT_VOCAB_PATH
-    if extra_ids is None:
-        extra_ids = DEFAULT_EXTRA_IDS if path == DEFAULT_VOCAB_PATH else 0
-    return SentencePieceTokens(path, extra_ids)
+    return SentencePieceTokens(*_model_and_extra_ids(path, extra_ids))
 
 
 @functools.cache
