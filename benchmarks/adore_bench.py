@@ -67,10 +67,17 @@ def main():
         index_dev = jax.device_put(index, NamedSharding(mesh, P("data")))
         scale = jax.device_put(np.ones(rows, np.float32), NamedSharding(mesh, P("data")))
         positives = jnp.asarray(rng.integers(0, n, (args.batch, 1)), jnp.int32)
-        step = jax.jit(make_adore_step(model, tx, mesh, k=args.k, metric_cut=10, temperature=0.05, n=n,
-                                       chunk_size=chunk, has_scale=False))  # fmt: skip
-        state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params),
-                 "rng": jax.random.key_data(jax.random.PRNGKey(0))}  # fmt: skip
+        step = jax.jit(
+            make_adore_step(
+                model, tx, mesh, k=args.k, metric_cut=10, temperature=0.05, n=n, chunk_size=chunk, has_scale=False
+            )
+        )
+        state = {
+            "step": jnp.zeros((), jnp.int32),
+            "params": params,
+            "opt_state": tx.init(params),
+            "rng": jax.random.key_data(jax.random.PRNGKey(0)),
+        }
         t_step = median_time(step, (state, tokens, positives, index_dev, scale), args.repeats)
         q = jnp.asarray(rng.standard_normal((args.batch, 64)), jnp.float32)
         retrieve = jax.jit(chunked_top_k, static_argnums=(2, 3, 4))

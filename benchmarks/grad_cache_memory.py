@@ -46,8 +46,10 @@ def measure(batch: int, chunk: int | None) -> dict:
     tx, schedule = train.adafactor(train_steps=1000)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
     rng = np.random.RandomState(0)
-    tokens = {k: rng.randint(2, SHAPE["vocab_size"], size=(batch, LENGTH)).astype(np.int32)
-              for k in ("query_tokens", "doc_tokens")}  # fmt: skip
+    tokens = {
+        k: rng.randint(2, SHAPE["vocab_size"], size=(batch, LENGTH)).astype(np.int32)
+        for k in ("query_tokens", "doc_tokens")
+    }
     global_batch = partitioning.host_to_global(mesh, tokens)
     step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk), donate_argnums=0)
     compiled = step.lower(state, global_batch).compile()
@@ -86,15 +88,22 @@ def main():
         for kind, chunk in (("plain", 0), ("gradcache", args.chunk)):
             if kind == "plain" and batch > args.plain_max:
                 continue
-            out = subprocess.run([sys.executable, __file__, "--child", str(batch), str(chunk)], capture_output=True,
-                                 text=True)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", str(batch), str(chunk)], capture_output=True, text=True
+            )
             if out.returncode:
                 print(f"{batch:>6} {kind:>10} failed: {out.stderr.strip().splitlines()[-1]}", flush=True)
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
             first.setdefault(kind, r)
-            values = (r["temp"] / MiB, r["rss"] / MiB, r["emb"] / MiB, (r["temp"] - r["emb"]) / MiB,
-                      r["temp"] / first[kind]["temp"], r["seconds"])  # fmt: skip
+            values = (
+                r["temp"] / MiB,
+                r["rss"] / MiB,
+                r["emb"] / MiB,
+                (r["temp"] - r["emb"]) / MiB,
+                r["temp"] / first[kind]["temp"],
+                r["seconds"],
+            )
             print(f"{batch:>6} {kind:>10} " + " ".join(f"{v:>10.2f}" for v in values), flush=True)
     print("temp/first: compiled temp bytes over those of the smallest batch of the same kind")
 

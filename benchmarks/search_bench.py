@@ -51,8 +51,10 @@ def main():
     args = parser.parse_args()
     faiss.omp_set_num_threads(os.cpu_count())
     print(f"CPU: {os.cpu_count()} cores, faiss {faiss.__version__}; {args.queries} queries, top-{args.k}, float32")
-    print(f"{'corpus':>14s} {'selection':>9s} {'chunk':>6s} {'ours q/s':>10s} {'faiss q/s':>10s} "
-          f"{'ours/faiss':>10s} {'same':>5s}")  # fmt: skip
+    print(
+        f"{'corpus':>14s} {'selection':>9s} {'chunk':>6s} {'ours q/s':>10s} {'faiss q/s':>10s} "
+        f"{'ours/faiss':>10s} {'same':>5s}"
+    )
     for shape in args.shapes:
         n, d = (int(x) for x in shape.split("x"))
         rng = np.random.default_rng(0)
@@ -69,8 +71,11 @@ def main():
                 same_sets = all(set(a) == set(b) for a, b in zip(o_ids.tolist(), f_ids.tolist(), strict=True))
                 same = same_sets and np.allclose(o_scores, f_scores, atol=1e-5)
                 rate_ours, rate_faiss = args.queries / t_ours, args.queries / t_faiss
-                print(f"{shape:>14s} {selection:>9s} {ours.chunk_size:6d} {rate_ours:10.1f} {rate_faiss:10.1f} "
-                      f"{rate_ours / rate_faiss:10.2f} {str(same):>5s}", flush=True)  # fmt: skip
+                print(
+                    f"{shape:>14s} {selection:>9s} {ours.chunk_size:6d} {rate_ours:10.1f} {rate_faiss:10.1f} "
+                    f"{rate_ours / rate_faiss:10.2f} {str(same):>5s}",
+                    flush=True,
+                )
                 del ours
 
 

@@ -88,8 +88,11 @@ def dots_alone(batch: int, length: int, repeats: int = 5, shape: dict = SHAPE) -
     m = batch * length
     products = []  # (lhs shape, rhs shape, einsum, count per side and layer)
     for k, out, count in ((d, h * dh, 3), (h * dh, d, 1), (d, f, 2), (f, d, 1)):
-        products += [((m, k), (k, out), "mk,kn->mn", count), ((m, out), (k, out), "mn,kn->mk", count),
-                     ((m, k), (m, out), "mk,mn->kn", count)]  # fmt: skip
+        products += [
+            ((m, k), (k, out), "mk,kn->mn", count),
+            ((m, out), (k, out), "mn,kn->mk", count),
+            ((m, k), (m, out), "mk,mn->kn", count),
+        ]
     attention = ((batch * h, length, dh), (batch * h, length, dh), "bqd,bkd->bqk", 3 * 2)  # QKᵀ and AV, fwd + bwd
     total = 0.0
     for lhs, rhs, spec, count in [*products, attention]:
@@ -142,15 +145,23 @@ def bench_theirs(batch: int, length: int, steps: int):
 
     torch.manual_seed(0)
     config = transformers.T5Config(
-        vocab_size=SHAPE["vocab_size"], d_model=SHAPE["emb_dim"], d_kv=SHAPE["head_dim"], d_ff=SHAPE["mlp_dim"],
-        num_layers=SHAPE["num_layers"], num_heads=SHAPE["num_heads"], feed_forward_proj="gated-gelu",
-        dropout_rate=0.0, is_encoder_decoder=False, use_cache=False,
-    )  # fmt: skip
+        vocab_size=SHAPE["vocab_size"],
+        d_model=SHAPE["emb_dim"],
+        d_kv=SHAPE["head_dim"],
+        d_ff=SHAPE["mlp_dim"],
+        num_layers=SHAPE["num_layers"],
+        num_heads=SHAPE["num_heads"],
+        feed_forward_proj="gated-gelu",
+        dropout_rate=0.0,
+        is_encoder_decoder=False,
+        use_cache=False,
+    )
     directory = tempfile.mkdtemp(prefix="train_step_bench_")  # a random model, loaded the usual way
     transformers.T5EncoderModel(config).save_pretrained(directory)
     word_level = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<pad>": 0, "</s>": 1, "<unk>": 2}, "<unk>"))
-    transformers.PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token="<pad>", eos_token="</s>",
-                                         unk_token="<unk>").save_pretrained(directory)  # fmt: skip
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=word_level, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    ).save_pretrained(directory)
     transformer = Transformer(directory, max_seq_length=length)
     d = SHAPE["emb_dim"]
     modules = [
@@ -165,9 +176,14 @@ def bench_theirs(batch: int, length: int, steps: int):
         model, scale=1.0 / TAU, directions=("query_to_doc", "query_to_query", "doc_to_query"), partition_mode="joint"
     )
     optimizer = transformers.optimization.Adafactor(
-        model.parameters(), lr=LR, relative_step=False, scale_parameter=True, warmup_init=False,
-        clip_threshold=1.0, decay_rate=-0.8,
-    )  # fmt: skip
+        model.parameters(),
+        lr=LR,
+        relative_step=False,
+        scale_parameter=True,
+        warmup_init=False,
+        clip_threshold=1.0,
+        decay_rate=-0.8,
+    )
 
     def features(seed):
         ids = torch.from_numpy(random_tokens(batch, length, seed).astype(np.int64))
@@ -206,8 +222,10 @@ def main():
     print(f"ours               {ours:8.3f} s/step  {args.batch / ours:6.2f} pairs/s  MFU {flops / ours / peak:.2f}")
     if "theirs" not in args.skip:
         theirs = bench_theirs(args.batch, args.length, args.steps)
-        print(f"sentence-transf.   {theirs:8.3f} s/step  {args.batch / theirs:6.2f} pairs/s  "
-              f"MFU {flops / theirs / peak:.2f}")  # fmt: skip
+        print(
+            f"sentence-transf.   {theirs:8.3f} s/step  {args.batch / theirs:6.2f} pairs/s  "
+            f"MFU {flops / theirs / peak:.2f}"
+        )
         print(f"ours / theirs      {theirs / ours:8.2f}x  (goal >= 1.2)")
         dots = dots_alone(args.batch, args.length)
         print(f"dots alone (XLA)   {dots:8.3f} s/step  -> no XLA:CPU step can exceed {theirs / dots:.2f}x theirs")

@@ -60,11 +60,17 @@ def report(fsdp: bool, args) -> dict:
         jax.eval_shape(tx.init, params),
         partitioning.optimizer_state_shardings(tx, params, mesh),
     )
-    state = {"step": jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated), "params": params,
-             "opt_state": opt_state, "rng": jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)}  # fmt: skip
+    state = {
+        "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
+        "params": params,
+        "opt_state": opt_state,
+        "rng": jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated),
+    }
     rows = NamedSharding(mesh, P("data"))
-    batch = {k: jax.ShapeDtypeStruct((args.batch, args.length), jnp.int32, sharding=rows)
-             for k in ("query_tokens", "doc_tokens")}  # fmt: skip
+    batch = {
+        k: jax.ShapeDtypeStruct((args.batch, args.length), jnp.int32, sharding=rows)
+        for k in ("query_tokens", "doc_tokens")
+    }
     start = time.time()
     step = jax.jit(train.make_train_step(model, tx, schedule, mesh, args.grad_cache or None))
     with partitioning.activation_sharding(mesh):
@@ -91,15 +97,20 @@ def main():
     parser.add_argument("--scan", action="store_true", help="T5Config.scan_layers: the layers as one lax.scan")
     parser.add_argument("--layouts", nargs="+", default=["replicated", "fsdp"], choices=["replicated", "fsdp"])
     args = parser.parse_args()
-    print(f"T5.1.1-XXL SDE, batch {args.batch} x {args.length} tokens, {jax.device_count()} devices "
-          f"(mesh data={jax.device_count()}), GradCache chunk {args.grad_cache or 'off'}, remat {args.remat}, "
-          f"scan {args.scan}; "
-          "per device:")  # fmt: skip
+    print(
+        f"T5.1.1-XXL SDE, batch {args.batch} x {args.length} tokens, {jax.device_count()} devices "
+        f"(mesh data={jax.device_count()}), GradCache chunk {args.grad_cache or 'off'}, remat {args.remat}, "
+        f"scan {args.scan}; "
+        "per device:"
+    )
     print(f"{'layout':>10s} {'params':>14s} {'arguments':>10s} {'outputs':>10s} {'temp':>10s} {'compile':>8s}")
     for fsdp in [layout == "fsdp" for layout in args.layouts]:
         r = report(fsdp, args)
-        print(f"{'FSDP' if fsdp else 'replicated':>10s} {r['parameters']:14,d} {r['arguments_gib']:9.2f}G "
-              f"{r['outputs_gib']:9.2f}G {r['temp_gib']:9.2f}G {r['compile_s']:7.0f}s", flush=True)  # fmt: skip
+        print(
+            f"{'FSDP' if fsdp else 'replicated':>10s} {r['parameters']:14,d} {r['arguments_gib']:9.2f}G "
+            f"{r['outputs_gib']:9.2f}G {r['temp_gib']:9.2f}G {r['compile_s']:7.0f}s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -14,9 +14,13 @@ import traceback
 
 # A T5.1.1-shaped mini encoder (d_model 64, 3 layers, gated GELU) over an 8k SentencePiece vocabulary.
 MINI_MODEL = [
-    "--gin_file=models/t5_1_1_tiny.gin", "--gin.T5Config.emb_dim=64", "--gin.T5Config.head_dim=16",
-    "--gin.T5Config.mlp_dim=256", "--gin.T5Config.num_layers=3", "--gin.VOCAB_SIZE=8000",
-]  # fmt: skip
+    "--gin_file=models/t5_1_1_tiny.gin",
+    "--gin.T5Config.emb_dim=64",
+    "--gin.T5Config.head_dim=16",
+    "--gin.T5Config.mlp_dim=256",
+    "--gin.T5Config.num_layers=3",
+    "--gin.VOCAB_SIZE=8000",
+]
 
 
 def add_budget_flags(parser) -> None:
@@ -57,22 +61,50 @@ def samtone(*argv: str, log: str) -> None:
 def build_vocab(out: str, task: str) -> str:
     vocab = f"{out}/vocab.model"
     if not os.path.exists(vocab):
-        samtone("build-vocab", f"--task={task}", "--split=all", "--vocab_size=8000", f"--out={vocab}",
-                log=f"{out}/vocab.log")  # fmt: skip
+        samtone(
+            "build-vocab",
+            f"--task={task}",
+            "--split=all",
+            "--vocab_size=8000",
+            f"--out={vocab}",
+            log=f"{out}/vocab.log",
+        )
     return vocab
 
 
-def train_args(model_dir, vocab, task, steps, batch, lr, loss_gin, extra=(), architecture="sde", query_length=32,
-               doc_length=64, temperature=0.05):  # fmt: skip
+def train_args(
+    model_dir,
+    vocab,
+    task,
+    steps,
+    batch,
+    lr,
+    loss_gin,
+    extra=(),
+    architecture="sde",
+    query_length=32,
+    doc_length=64,
+    temperature=0.05,
+):
     """`samtone train` arguments for the mini model on `task` with one of gin_configs/losses/."""
     return [
-        "train", *MINI_MODEL, f"--gin_file=architectures/{architecture}.gin", f"--gin_file={loss_gin}",
-        f"--gin.TEMPERATURE={temperature}", f"--gin.train.model_dir='{model_dir}'", f"--gin.train.task='{task}'",
-        f"--gin.train.train_steps={steps}", f"--gin.train.batch_size={batch}",
-        f"--gin.train.query_length={query_length}", f"--gin.train.doc_length={doc_length}",
-        f"--gin.train.vocabulary='{vocab}'", f"--gin.adafactor.learning_rate={lr}", "--gin.train.log_every=50",
-        f"--gin.train.checkpoint_every={steps}", *extra,
-    ]  # fmt: skip
+        "train",
+        *MINI_MODEL,
+        f"--gin_file=architectures/{architecture}.gin",
+        f"--gin_file={loss_gin}",
+        f"--gin.TEMPERATURE={temperature}",
+        f"--gin.train.model_dir='{model_dir}'",
+        f"--gin.train.task='{task}'",
+        f"--gin.train.train_steps={steps}",
+        f"--gin.train.batch_size={batch}",
+        f"--gin.train.query_length={query_length}",
+        f"--gin.train.doc_length={doc_length}",
+        f"--gin.train.vocabulary='{vocab}'",
+        f"--gin.adafactor.learning_rate={lr}",
+        "--gin.train.log_every=50",
+        f"--gin.train.checkpoint_every={steps}",
+        *extra,
+    ]
 
 
 def existing_eval(model_dir):
@@ -83,9 +115,14 @@ def existing_eval(model_dir):
 
 
 def evaluate(model_dir, log_dir, name, task, split="test"):
-    samtone("eval", f"--gin.evaluate.model_dir='{model_dir}'", f"--gin.evaluate.task='{task}'",
-            f"--gin.evaluate.split='{split}'", "--gin.evaluate.keep_embeddings=False",
-            log=f"{log_dir}/{name}_eval.log")  # fmt: skip
+    samtone(
+        "eval",
+        f"--gin.evaluate.model_dir='{model_dir}'",
+        f"--gin.evaluate.task='{task}'",
+        f"--gin.evaluate.split='{split}'",
+        "--gin.evaluate.keep_embeddings=False",
+        log=f"{log_dir}/{name}_eval.log",
+    )
     return existing_eval(model_dir)
 
 
@@ -135,12 +172,15 @@ def summarize(out, evals, architectures, arms, seeds, measures) -> dict:
             lines.append(
                 f"{arch:12s} {arm:22s} " + " ".join(f"{c['mean']:9.4f} {c['std']:7.4f}" for c in cells.values())
             )
-        averaged = [seed_average([evals[arch, arm, s] for s in seeds], f"{out}/averaged/{arch}_{arm}.json")
-                    for arm in arms]  # fmt: skip
+        averaged = [
+            seed_average([evals[arch, arm, s] for s in seeds], f"{out}/averaged/{arch}_{arm}.json") for arm in arms
+        ]
         result = compare(averaged, measures=list(measures))
         summary["compare"][arch] = result
         with open(f"{out}/compare_{arch}.txt", "w") as f:
-            f.write(f"{arch}: seed-averaged per-query scores ({len(seeds)} seeds), paired randomisation test "
-                    f"against {arms[0]}\n{format_table(result)}\n")  # fmt: skip
+            f.write(
+                f"{arch}: seed-averaged per-query scores ({len(seeds)} seeds), paired randomisation test "
+                f"against {arms[0]}\n{format_table(result)}\n"
+            )
     summary["table"] = "\n".join(lines)
     return summary

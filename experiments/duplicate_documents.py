@@ -72,13 +72,30 @@ def main():
         for arm in args.arms:
             loss_gin, masked = ARMS[arm]
             name = f"sde_{arm}_seed{seed}"
-            extra = ["--gin.adafactor.warmup_steps=50", f"--gin.train.seed={seed}",
-                     f"--gin.train.shuffle_block_size={args.block}", f"--gin.train.id_masking={masked}"]  # fmt: skip
-            argv = train_args(f"{out}/{name}", vocab, TASK, args.steps, args.batch, args.learning_rate, loss_gin,
-                              extra, doc_length=args.doc_length, temperature=args.temperature)  # fmt: skip
+            extra = [
+                "--gin.adafactor.warmup_steps=50",
+                f"--gin.train.seed={seed}",
+                f"--gin.train.shuffle_block_size={args.block}",
+                f"--gin.train.id_masking={masked}",
+            ]
+            argv = train_args(
+                f"{out}/{name}",
+                vocab,
+                TASK,
+                args.steps,
+                args.batch,
+                args.learning_rate,
+                loss_gin,
+                extra,
+                doc_length=args.doc_length,
+                temperature=args.temperature,
+            )
             evals["sde", arm, seed] = run_arm(out, name, argv, TASK)
-    summary = {"config": vars(args), "unique_document_fraction": unique,
-               **summarize(out, evals, ["sde"], args.arms, args.seeds, MEASURES)}  # fmt: skip
+    summary = {
+        "config": vars(args),
+        "unique_document_fraction": unique,
+        **summarize(out, evals, ["sde"], args.arms, args.seeds, MEASURES),
+    }
     summary["total_seconds"] = time.time() - start
     with open(f"{out}/summary.json", "w") as f:
         json.dump(summary, f, indent=2)

@@ -48,36 +48,111 @@ def main():
         timings[name] = time.time() - t
 
     base = f"{out}/base"
-    arm("base", train_args(base, vocab, TASK, args.base_steps, args.batch, 1e-2, "losses/bidirectional.gin",
-                           ["--gin.adafactor.warmup_steps=50"]))  # fmt: skip
-    arm("continue", train_args(f"{out}/continue", vocab, TASK, args.steps, args.batch, 1e-3, "losses/bidirectional.gin",
-                               [f"--gin.train.init_checkpoint='{base}'"]))  # fmt: skip
+    arm(
+        "base",
+        train_args(
+            base,
+            vocab,
+            TASK,
+            args.base_steps,
+            args.batch,
+            1e-2,
+            "losses/bidirectional.gin",
+            ["--gin.adafactor.warmup_steps=50"],
+        ),
+    )
+    arm(
+        "continue",
+        train_args(
+            f"{out}/continue",
+            vocab,
+            TASK,
+            args.steps,
+            args.batch,
+            1e-3,
+            "losses/bidirectional.gin",
+            [f"--gin.train.init_checkpoint='{base}'"],
+        ),
+    )
 
     def adore(init, name):
-        arm(name, ["train-adore", "--gin_file=runs/adore.gin", f"--gin.INIT='{init}'", f"--gin.TASK='{TASK}'",
-                   f"--gin.MODEL_DIR='{out}/{name}'", f"--gin.TRAIN_STEPS={args.steps}",
-                   f"--gin.BATCH_SIZE={args.batch}", "--gin.LEARNING_RATE=1e-3"])  # fmt: skip
+        arm(
+            name,
+            [
+                "train-adore",
+                "--gin_file=runs/adore.gin",
+                f"--gin.INIT='{init}'",
+                f"--gin.TASK='{TASK}'",
+                f"--gin.MODEL_DIR='{out}/{name}'",
+                f"--gin.TRAIN_STEPS={args.steps}",
+                f"--gin.BATCH_SIZE={args.batch}",
+                "--gin.LEARNING_RATE=1e-3",
+            ],
+        )
 
     adore(base, "adore")
 
     negatives = f"{out}/negatives.tsv"
     if not os.path.exists(negatives):
-        samtone("mine", f"--checkpoint={base}", f"--task={TASK}", "--split=train", f"--out={negatives}",
-                "--num_negatives=4", "--range_min=0", "--range_max=100", "--relative_margin=0.05",
-                log=f"{out}/mine.log")  # fmt: skip
+        samtone(
+            "mine",
+            f"--checkpoint={base}",
+            f"--task={TASK}",
+            "--split=train",
+            f"--out={negatives}",
+            "--num_negatives=4",
+            "--range_min=0",
+            "--range_max=100",
+            "--relative_margin=0.05",
+            log=f"{out}/mine.log",
+        )
     star = f"{out}/star"
-    arm("star", train_args(star, vocab, TASK, args.steps, args.batch, 1e-3, "losses/star_listwise.gin",
-                           [f"--gin.train.init_checkpoint='{base}'", "--gin.train.num_negatives=2",
-                            f"--gin.hard_negatives_file.path='{negatives}'"]))  # fmt: skip
+    arm(
+        "star",
+        train_args(
+            star,
+            vocab,
+            TASK,
+            args.steps,
+            args.batch,
+            1e-3,
+            "losses/star_listwise.gin",
+            [
+                f"--gin.train.init_checkpoint='{base}'",
+                "--gin.train.num_negatives=2",
+                f"--gin.hard_negatives_file.path='{negatives}'",
+            ],
+        ),
+    )
     adore(star, "star_adore")
 
     names = ["continue", "base", "adore", "star", "star_adore"]
     with open(f"{out}/compare.txt", "w") as f:
-        subprocess.run([sys.executable, "-m", "samtone_jax.cli", "compare", *[runs[n] for n in names],
-                        "--measures", "P@1", "RR", "RR@10", "R@10", "R@100"], stdout=f, check=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "samtone_jax.cli",
+                "compare",
+                *[runs[n] for n in names],
+                "--measures",
+                "P@1",
+                "RR",
+                "RR@10",
+                "R@10",
+                "R@100",
+            ],
+            stdout=f,
+            check=True,
+        )
     results = {n: json.load(open(runs[n]))["metrics"] for n in names}
-    summary = {"runs": runs, "metrics": results, "seconds": timings, "total_seconds": time.time() - start,
-               "config": vars(args)}  # fmt: skip
+    summary = {
+        "runs": runs,
+        "metrics": results,
+        "seconds": timings,
+        "total_seconds": time.time() - start,
+        "config": vars(args),
+    }
     json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
     print(open(f"{out}/compare.txt").read())
     print(f"{'arm':12s} {'P@1':>7s} {'MRR':>7s} {'R@10':>7s}")

@@ -55,16 +55,34 @@ def main():
             for arm in args.arms:
                 name = f"{arch}_{arm}_seed{seed}"
                 extra = ["--gin.adafactor.warmup_steps=50", f"--gin.train.seed={seed}"]
-                argv = train_args(f"{out}/{name}", vocab, args.task, args.steps, args.batch, args.learning_rate,
-                                  ARMS[arm], extra, architecture=arch, temperature=args.temperature)  # fmt: skip
+                argv = train_args(
+                    f"{out}/{name}",
+                    vocab,
+                    args.task,
+                    args.steps,
+                    args.batch,
+                    args.learning_rate,
+                    ARMS[arm],
+                    extra,
+                    architecture=arch,
+                    temperature=args.temperature,
+                )
                 evals[arch, arm, seed] = run_arm(out, name, argv, args.task)
     summary = {"config": vars(args), **summarize(out, evals, args.architectures, args.arms, args.seeds, MEASURES)}
     figures = f"{out}/figures"
     if not os.path.exists(f"{figures}/report.md") and "baseline" in args.arms and "samtone_query" in args.arms:
         arch, seed = args.architectures[0], args.seeds[0]
-        samtone("analyze", f"--checkpoint={out}/{arch}_baseline_seed{seed}", "--name=baseline",
-                f"--checkpoint={out}/{arch}_samtone_query_seed{seed}", "--name=samtone_query",
-                f"--task={args.task}", "--split=test", f"--out={figures}", log=f"{out}/analyze.log")  # fmt: skip
+        samtone(
+            "analyze",
+            f"--checkpoint={out}/{arch}_baseline_seed{seed}",
+            "--name=baseline",
+            f"--checkpoint={out}/{arch}_samtone_query_seed{seed}",
+            "--name=samtone_query",
+            f"--task={args.task}",
+            "--split=test",
+            f"--out={figures}",
+            log=f"{out}/analyze.log",
+        )
     summary["total_seconds"] = time.time() - start
     with open(f"{out}/summary.json", "w") as f:
         json.dump(summary, f, indent=2)

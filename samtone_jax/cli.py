@@ -52,8 +52,10 @@ def _cmd_import_checkpoint(args, bindings) -> int:
 
         gin_text = (src / "model.gin").read_text()
         exported = json.loads((src / "samtone.json").read_text())  # keep its lengths for samtone_jax.load
-        extra_bindings = [f"train.query_length = {exported['query_length']}",
-                          f"train.doc_length = {exported['doc_length']}"]  # fmt: skip
+        extra_bindings = [
+            f"train.query_length = {exported['query_length']}",
+            f"train.doc_length = {exported['doc_length']}",
+        ]
     if gin_text is not None:
         configurables.parse([], [gin_text, *extra_bindings, *args.gin_bindings, *bindings])
     else:
@@ -80,9 +82,11 @@ def _init_distributed(args) -> None:
         jax.config.update("jax_num_cpu_devices", args.num_cpu_devices)
     if args.coordinator_address or args.num_processes:
         jax.distributed.initialize(
-            coordinator_address=args.coordinator_address, num_processes=args.num_processes, process_id=args.process_id,
+            coordinator_address=args.coordinator_address,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
             heartbeat_timeout_seconds=args.heartbeat_timeout_seconds,
-        )  # fmt: skip
+        )
     elif args.multihost:  # TPU pod / SLURM: discovered from the environment
         jax.distributed.initialize(heartbeat_timeout_seconds=args.heartbeat_timeout_seconds)
 
@@ -90,10 +94,15 @@ def _init_distributed(args) -> None:
 # Modes configured entirely by gin: (mode, module, gin-configurable function, print final metrics, help).
 GIN_MODES = (
     ("train", "samtone_jax.train", "train", True, "train a dual encoder (gin: runs/*.gin)"),
-    ("train-adore", "samtone_jax.hard_negatives.adore_train", "train_adore", True,
-     "ADORE: train the query tower against a frozen index (gin: train_adore.*)"),
+    (
+        "train-adore",
+        "samtone_jax.hard_negatives.adore_train",
+        "train_adore",
+        True,
+        "ADORE: train the query tower against a frozen index (gin: train_adore.*)",
+    ),
     ("eval", "samtone_jax.evaluation.run", "evaluate", False, "retrieval metrics of a trained model (gin: evaluate.*)"),
-)  # fmt: skip
+)
 
 
 def _gin_command(module: str, function: str, report_final: bool):
@@ -132,9 +141,15 @@ def _cmd_encode(args, bindings) -> int:
     split, collection = _load_task(args)
     out = args.out or _default_embeddings_dir(args.checkpoint, args.task, split, args.step)
     paths.check_bucket(out, "--out")
-    encoder = inference.load(args.checkpoint, step=args.step, vocabulary=args.vocabulary,
-                             query_length=args.query_length, doc_length=args.doc_length, batch_size=args.batch_size,
-                             mesh=partitioning.create_mesh(devices=jax.local_devices()))  # fmt: skip
+    encoder = inference.load(
+        args.checkpoint,
+        step=args.step,
+        vocabulary=args.vocabulary,
+        query_length=args.query_length,
+        doc_length=args.doc_length,
+        batch_size=args.batch_size,
+        mesh=partitioning.create_mesh(devices=jax.local_devices()),
+    )
     sides = {"query": ("query",), "document": ("document",), "both": ("query", "document")}[args.side]
     for side in sides:
         texts = collection.queries if side == "query" else collection.corpus
@@ -148,8 +163,14 @@ def _cmd_encode(args, bindings) -> int:
 def _cmd_compare(args, bindings) -> int:
     from samtone_jax.evaluation import significance
 
-    result = significance.compare(args.runs, measures=args.measures, test=args.test, trials=args.trials,
-                                  seed=args.seed, allow_partial=args.allow_partial)  # fmt: skip
+    result = significance.compare(
+        args.runs,
+        measures=args.measures,
+        test=args.test,
+        trials=args.trials,
+        seed=args.seed,
+        allow_partial=args.allow_partial,
+    )
     print(significance.format_table(result))
     return 0
 
@@ -169,14 +190,23 @@ def _cmd_analyze(args, bindings) -> int:
     encoders = {
         name: inference.load(
             path, vocabulary=args.vocabulary, query_length=args.query_length, doc_length=args.doc_length, mesh=mesh
-        )  # fmt: skip
+        )
         for name, path in zip(names, args.checkpoint, strict=True)
     }
-    summary = analyze(encoders, collection.drop_empty(), args.out, tsne_sample=args.tsne_sample,
-                      ratio_pairs=args.ratio_pairs, seed=args.seed, max_queries=args.max_queries)  # fmt: skip
+    summary = analyze(
+        encoders,
+        collection.drop_empty(),
+        args.out,
+        tsne_sample=args.tsne_sample,
+        ratio_pairs=args.ratio_pairs,
+        seed=args.seed,
+        max_queries=args.max_queries,
+    )
     for name, numbers in summary["models"].items():
-        print(f"{name}: median top-1 cosine {numbers['top1_cosine_median']:.4f}, "
-              f"median similarity ratio {numbers['similarity_ratio_median']:.4f}")  # fmt: skip
+        print(
+            f"{name}: median top-1 cosine {numbers['top1_cosine_median']:.4f}, "
+            f"median similarity ratio {numbers['similarity_ratio_median']:.4f}"
+        )
     print(f"figures and report.md in {args.out}")
     return 0
 
@@ -184,10 +214,13 @@ def _cmd_analyze(args, bindings) -> int:
 def _cmd_export(args, bindings) -> int:
     from samtone_jax.export import export
 
-    info = export(args.checkpoint, args.format, args.dst, step=args.step, vocabulary=args.vocabulary,
-                  overwrite=args.overwrite)  # fmt: skip
-    print(f"exported {info['architecture']} ({args.format}) to {args.dst}; embeddings equal ours on the probe texts "
-          f"(min cosine {info['min_cosine']:.7f})")  # fmt: skip
+    info = export(
+        args.checkpoint, args.format, args.dst, step=args.step, vocabulary=args.vocabulary, overwrite=args.overwrite
+    )
+    print(
+        f"exported {info['architecture']} ({args.format}) to {args.dst}; embeddings equal ours on the probe texts "
+        f"(min cosine {info['min_cosine']:.7f})"
+    )
     return 0
 
 
@@ -209,12 +242,23 @@ def _cmd_mine(args, bindings) -> int:
 
         mesh = partitioning.create_mesh(devices=jax.local_devices())
         encoder = inference.load(args.checkpoint, step=args.step, vocabulary=args.vocabulary, mesh=mesh)
-    summary = mine(collection, args.out, encoder=encoder, num_negatives=args.num_negatives, range_min=args.range_min,
-                   range_max=args.range_max, relative_margin=args.relative_margin, strategy=args.strategy,
-                   seed=args.seed, mesh=mesh)  # fmt: skip
-    print(f"{summary['queries']:,} queries of {args.task}/{split} -> {args.out}: {summary['with_enough_negatives']:,} "
-          f"with {args.num_negatives} negatives, {summary['without_enough_negatives']:,} with fewer "
-          f"({summary['without_any_negative']:,} with none); counts in {args.out}.json")  # fmt: skip
+    summary = mine(
+        collection,
+        args.out,
+        encoder=encoder,
+        num_negatives=args.num_negatives,
+        range_min=args.range_min,
+        range_max=args.range_max,
+        relative_margin=args.relative_margin,
+        strategy=args.strategy,
+        seed=args.seed,
+        mesh=mesh,
+    )
+    print(
+        f"{summary['queries']:,} queries of {args.task}/{split} -> {args.out}: {summary['with_enough_negatives']:,} "
+        f"with {args.num_negatives} negatives, {summary['without_enough_negatives']:,} with fewer "
+        f"({summary['without_any_negative']:,} with none); counts in {args.out}.json"
+    )
     return 0
 
 
@@ -230,8 +274,12 @@ def _add_distributed_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num_processes", type=int, default=None)
     p.add_argument("--process_id", type=int, default=None)
     p.add_argument("--num_cpu_devices", type=int, default=None, help="CPU devices per process (testing)")
-    p.add_argument("--heartbeat_timeout_seconds", type=int, default=100,
-                   help="a process silent this long (killed, lost) makes the others exit, not hang")  # fmt: skip
+    p.add_argument(
+        "--heartbeat_timeout_seconds",
+        type=int,
+        default=100,
+        help="a process silent this long (killed, lost) makes the others exit, not hang",
+    )
 
 
 def _checkpoint_flags(p: argparse.ArgumentParser) -> None:
@@ -269,8 +317,10 @@ def _cmd_build_vocab(args, bindings) -> int:
     split, collection = _load_task(args)
     texts = collection.texts()  # id order: the same files give the same model
     data = vocab.train_sentencepiece(texts, args.vocab_size, args.out)
-    print(f"trained a {args.vocab_size}-piece SentencePiece model on {len(texts):,} texts of {args.task}/{split} "
-          f"-> {args.out} ({len(data):,} bytes)")  # fmt: skip
+    print(
+        f"trained a {args.vocab_size}-piece SentencePiece model on {len(texts):,} texts of {args.task}/{split} "
+        f"-> {args.out} ({len(data):,} bytes)"
+    )
     return 0
 
 
@@ -348,8 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num_negatives", type=int, default=8)
     p.add_argument("--range_min", type=int, default=0, help="first retrieved rank kept (0-based)")
     p.add_argument("--range_max", type=int, default=100, help="retrieval depth; ranks >= this are ignored")
-    p.add_argument("--relative_margin", type=float, default=None,
-                   help="drop candidates scoring above (1 - margin) x the positive's score")  # fmt: skip
+    p.add_argument(
+        "--relative_margin",
+        type=float,
+        default=None,
+        help="drop candidates scoring above (1 - margin) x the positive's score",
+    )
     p.add_argument("--strategy", choices=["top", "sample"], default="top")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")

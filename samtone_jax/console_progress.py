@@ -27,8 +27,17 @@ class Progress:
     other than 0 and for total 0. `stream` (stderr), `clock` (time.monotonic) and `every_s` are
     for tests and quiet logs."""
 
-    def __init__(self, total: int, description: str, unit: str = "texts", *, every_s: float = 30.0, stream=None,
-                 clock=time.monotonic, process_index: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        total: int,
+        description: str,
+        unit: str = "texts",
+        *,
+        every_s: float = 30.0,
+        stream=None,
+        clock=time.monotonic,
+        process_index: int | None = None,
+    ):
         if process_index is None:
             import jax
 
@@ -43,8 +52,14 @@ class Progress:
         if self.enabled and _is_terminal(self.stream):
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, desc=description, unit=unit.rstrip("s") or unit, file=self.stream,
-                             mininterval=1, dynamic_ncols=True)  # fmt: skip
+            self._bar = tqdm(
+                total=self.total,
+                desc=description,
+                unit=unit.rstrip("s") or unit,
+                file=self.stream,
+                mininterval=1,
+                dynamic_ncols=True,
+            )
 
     def line(self) -> str:
         elapsed = max(self.clock() - self._start, 1e-9)

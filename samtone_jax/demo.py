@@ -38,10 +38,13 @@ def _bm25_run(query_ids, queries, doc_ids, corpus, k):
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
-    results, scores = retriever.retrieve(bm25s.tokenize(queries, stopwords="en", show_progress=False), k=k,
-                                         show_progress=False, n_threads=1)  # fmt: skip
-    return {q: {doc_ids[j]: float(s) for j, s in zip(row, srow, strict=True)}
-            for q, row, srow in zip(query_ids, results, scores, strict=True)}  # fmt: skip
+    results, scores = retriever.retrieve(
+        bm25s.tokenize(queries, stopwords="en", show_progress=False), k=k, show_progress=False, n_threads=1
+    )
+    return {
+        q: {doc_ids[j]: float(s) for j, s in zip(row, srow, strict=True)}
+        for q, row, srow in zip(query_ids, results, scores, strict=True)
+    }
 
 
 def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_limit: int | None = None) -> int:

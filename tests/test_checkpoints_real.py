@@ -19,9 +19,15 @@ from samtone_jax.models import DualEncoder, T5Config
 # t5x_retrieval's test model: d_model 4, 2 heads of 2, ReLU MLP of 8, 4 relative buckets,
 # projection to 768 (read off the checkpoint's shapes).
 RETRIEVAL_TINY = T5Config(
-    vocab_size=32128, emb_dim=4, num_heads=2, head_dim=2, mlp_dim=8, num_layers=2,
-    mlp_activations=("relu",), relative_attention_num_buckets=4,
-)  # fmt: skip
+    vocab_size=32128,
+    emb_dim=4,
+    num_heads=2,
+    head_dim=2,
+    mlp_dim=8,
+    num_layers=2,
+    mlp_activations=("relu",),
+    relative_attention_num_buckets=4,
+)
 
 
 def _raw_t5x_arrays(directory):
@@ -167,9 +173,17 @@ def test_mtf_checkpoint_round_trip_matches_transformers(tmp_path):
     params, _ = import_params("mtf", written, model)
 
     hf = transformers.T5EncoderModel(
-        transformers.T5Config(vocab_size=32128, d_model=32, d_kv=64, d_ff=64, num_layers=2, num_heads=2,
-                              feed_forward_proj="gated-gelu", dropout_rate=0.0)
-    ).eval()  # fmt: skip
+        transformers.T5Config(
+            vocab_size=32128,
+            d_model=32,
+            d_kv=64,
+            d_ff=64,
+            num_layers=2,
+            num_heads=2,
+            feed_forward_proj="gated-gelu",
+            dropout_rate=0.0,
+        )
+    ).eval()
     state = {"shared.weight": values["shared/embedding"], "encoder.embed_tokens.weight": values["shared/embedding"]}
     state["encoder.final_layer_norm.weight"] = values["encoder/rms_norm/scale"]
     state["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"] = values[

@@ -25,8 +25,12 @@ def fixture_tasks(tmp_path, monkeypatch):
         f.write(MORE_SENSES)
     monkeypatch.setenv("SAMTONE_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("WORDNET_DIR", str(wn))
-    texts = [t for n in ("wordnet_definitions", "msmarco_passage") for c in [tasks.load(n, tasks.LOADERS[n][1][0])]
-             for t in list(c.queries.values()) + list(c.corpus.values())]  # fmt: skip
+    texts = [
+        t
+        for n in ("wordnet_definitions", "msmarco_passage")
+        for c in [tasks.load(n, tasks.LOADERS[n][1][0])]
+        for t in list(c.queries.values()) + list(c.corpus.values())
+    ]
     vocab_path = tmp_path / "fixture.model"
     vocab_lib.train_sentencepiece(texts, 100, str(vocab_path))
     registration.register(str(vocab_path))

@@ -79,10 +79,12 @@ def test_real_squad_dev_paragraphs_share_documents_and_hold_the_gold_sentences(d
     # Each question's paragraph contains its gold sentences (whitespace-normalised), found independently.
     squash = " ".join
     inside = [
-        all(squash(sentences.corpus[c].split()) in squash(paragraphs.corpus[next(iter(paragraphs.qrels[q]))].split())
-            for c in sentences.qrels[q])
+        all(
+            squash(sentences.corpus[c].split()) in squash(paragraphs.corpus[next(iter(paragraphs.qrels[q]))].split())
+            for c in sentences.qrels[q]
+        )
         for q in sentences.queries
-    ]  # fmt: skip
+    ]
     assert sum(inside) / len(inside) > 0.99
     per_document = len(paragraphs.pairs()) / len({d for _, d in paragraphs.pairs()})
     assert 4 < per_document < 6  # ~5 questions share a paragraph: the duplicate-heavy setting

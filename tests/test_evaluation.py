@@ -103,19 +103,30 @@ def test_eval_command_on_real_squad_dev_is_fast_near_chance_and_consistent(tmp_p
     collection = tasks.load("multireqa_squad_dev", "all")
     vocab_path = squad_dev
     common = [
-        "--gin_file=models/t5_1_1_tiny.gin", "--gin_file=architectures/sde.gin", "--gin_file=losses/bidirectional.gin",
-        "--gin.VOCAB_SIZE=2000", f"--gin.MODEL_DIR='{tmp_path / 'run'}'", f"--gin.VOCABULARY='{vocab_path}'",
-    ]  # fmt: skip
+        "--gin_file=models/t5_1_1_tiny.gin",
+        "--gin_file=architectures/sde.gin",
+        "--gin_file=losses/bidirectional.gin",
+        "--gin.VOCAB_SIZE=2000",
+        f"--gin.MODEL_DIR='{tmp_path / 'run'}'",
+        f"--gin.VOCABULARY='{vocab_path}'",
+    ]
     train_flags = [
-        "--gin.train.model_dir=%MODEL_DIR", "--gin.train.task='multireqa_squad_dev'", "--gin.train.split='train'",
-        "--gin.train.train_steps=1", "--gin.train.batch_size=8", "--gin.train.vocabulary=%VOCABULARY",
-    ]  # fmt: skip
+        "--gin.train.model_dir=%MODEL_DIR",
+        "--gin.train.task='multireqa_squad_dev'",
+        "--gin.train.split='train'",
+        "--gin.train.train_steps=1",
+        "--gin.train.batch_size=8",
+        "--gin.train.vocabulary=%VOCABULARY",
+    ]
     assert cli.main(["train", *common, *train_flags]) == 0
     eval_flags = [
-        "--gin.evaluate.model_dir=%MODEL_DIR", "--gin.evaluate.task='multireqa_squad_dev'",
+        "--gin.evaluate.model_dir=%MODEL_DIR",
+        "--gin.evaluate.task='multireqa_squad_dev'",
         "--gin.evaluate.split='all'",
-        "--gin.evaluate.vocabulary=%VOCABULARY", "--gin.evaluate.query_length=32", "--gin.evaluate.doc_length=64",
-    ]  # fmt: skip
+        "--gin.evaluate.vocabulary=%VOCABULARY",
+        "--gin.evaluate.query_length=32",
+        "--gin.evaluate.doc_length=64",
+    ]
     start = time.time()
     assert cli.main(["eval", *common, *eval_flags]) == 0
     elapsed = time.time() - start
@@ -177,8 +188,10 @@ def test_eval_compare_and_analyze_commands_on_a_trained_run(trained_run, wordnet
     monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     eval_flags = [
         f"--gin.evaluate.model_dir='{trained_run}'",
-        "--gin.evaluate.task='wordnet_definitions'", "--gin.evaluate.split='all'", "--gin.evaluate.k=10",
-    ]  # fmt: skip
+        "--gin.evaluate.task='wordnet_definitions'",
+        "--gin.evaluate.split='all'",
+        "--gin.evaluate.k=10",
+    ]
     capsys.readouterr()
     assert cli.main(["eval", *eval_flags]) == 0
     from samtone_jax import tasks
@@ -199,9 +212,18 @@ def test_eval_compare_and_analyze_commands_on_a_trained_run(trained_run, wordnet
     assert re.search(r"RR\s.*\+0\.0000, p=1\.000", table), table
     assert cli.main(["compare", str(path), str(tmp_path / "missing.json")]) == 2
     out = tmp_path / "analysis"
-    argv = ["analyze", f"--checkpoint={trained_run}", f"--checkpoint={trained_run / 'checkpoints' / '2'}",
-            "--name=run", "--name=step2", "--task=wordnet_definitions", "--split=all", f"--out={out}",
-            "--tsne_sample=12", "--ratio_pairs=50"]  # fmt: skip
+    argv = [
+        "analyze",
+        f"--checkpoint={trained_run}",
+        f"--checkpoint={trained_run / 'checkpoints' / '2'}",
+        "--name=run",
+        "--name=step2",
+        "--task=wordnet_definitions",
+        "--split=all",
+        f"--out={out}",
+        "--tsne_sample=12",
+        "--ratio_pairs=50",
+    ]
     assert cli.main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["models"]["run"] == summary["models"]["step2"]  # the same checkpoint twice

@@ -16,8 +16,10 @@ import pytest
 import samtone_jax
 from samtone_jax import cli
 
-WORDS = ("dog cat river bank tree money water small large the a of in to runs barked quickly green "
-         "mountain computer language model retrieval query document ünïcödé café 中文 😀 42").split()  # fmt: skip
+WORDS = (
+    "dog cat river bank tree money water small large the a of in to runs barked quickly green "
+    "mountain computer language model retrieval query document ünïcödé café 中文 😀 42"
+).split()
 
 
 def sentences(count=50, seed=0):
@@ -132,11 +134,25 @@ def test_model_card_reports_the_runs_eval_numbers(trained_run, tmp_path):
     shutil.copytree(trained_run, run)
     shutil.rmtree(run / "eval", ignore_errors=True)  # other tests may have evaluated the shared run
     (run / "eval").mkdir()
-    record = {"task": "wordnet_definitions", "split": "test", "step": 2, "queries": 7, "corpus": 9,
-              "metrics": {"P@1": 0.125, "RR": 0.3456}}  # fmt: skip
+    record = {
+        "task": "wordnet_definitions",
+        "split": "test",
+        "step": 2,
+        "queries": 7,
+        "corpus": 9,
+        "metrics": {"P@1": 0.125, "RR": 0.3456},
+    }
     (run / "eval" / "wordnet_definitions_test_step2.json").write_text(json.dumps(record))
     encoder = samtone_jax.load(str(run))
-    card = model_card(architecture="sde", config=encoder.model.config, projection_dim=32, fmt="hf",
-                      query_length=8, doc_length=12, run_dir=str(run), step=2)  # fmt: skip
+    card = model_card(
+        architecture="sde",
+        config=encoder.model.config,
+        projection_dim=32,
+        fmt="hf",
+        query_length=8,
+        doc_length=12,
+        run_dir=str(run),
+        step=2,
+    )
     assert "| wordnet_definitions | test | 2 | 7 | 9 | 0.1250 | 0.3456 |" in card
     assert "same_tower = 'query'" in card and "task `wordnet_definitions`" in card

@@ -43,11 +43,22 @@ def test_import_of_a_t5x_checkpoint_given_by_a_relative_path_with_dotdot(tmp_pat
     monkeypatch.chdir(work)
     relative = os.path.relpath(directory, work)  # ../../.../checkpoints/...
     assert relative.startswith("..")
-    argv = ["import-checkpoint", "--format=t5x", f"--src={relative}", "--dst=../imported",
-            "--gin_file=models/t5_1_1_tiny.gin", "--gin_file=architectures/sde.gin", "--gin.VOCAB_SIZE=32128",
-            "--gin.T5Config.emb_dim=4", "--gin.T5Config.num_heads=2", "--gin.T5Config.head_dim=2",
-            "--gin.T5Config.mlp_dim=8", "--gin.T5Config.mlp_activations=('relu',)",
-            "--gin.T5Config.relative_attention_num_buckets=4", "--gin.PROJECTION_DIM=768"]  # fmt: skip
+    argv = [
+        "import-checkpoint",
+        "--format=t5x",
+        f"--src={relative}",
+        "--dst=../imported",
+        "--gin_file=models/t5_1_1_tiny.gin",
+        "--gin_file=architectures/sde.gin",
+        "--gin.VOCAB_SIZE=32128",
+        "--gin.T5Config.emb_dim=4",
+        "--gin.T5Config.num_heads=2",
+        "--gin.T5Config.head_dim=2",
+        "--gin.T5Config.mlp_dim=8",
+        "--gin.T5Config.mlp_activations=('relu',)",
+        "--gin.T5Config.relative_attention_num_buckets=4",
+        "--gin.PROJECTION_DIM=768",
+    ]
     assert cli.main(argv) == 0
     assert (tmp_path / "imported" / MARKER).exists()
 
@@ -144,8 +155,9 @@ def test_eval_encode_export_mine_analyze_compare_and_load_on_a_bucket(gcs, train
     run = gcs.upload(trained_run, f"{bucket}/run", skip=("eval", "embeddings"))  # what `samtone train` writes
     local = samtone_jax.load(str(trained_run))
     np.testing.assert_array_equal(samtone_jax.load(run).encode_queries(TEXTS), local.encode_queries(TEXTS))
-    np.testing.assert_array_equal(samtone_jax.load(f"{run}/checkpoints/2").encode_documents(TEXTS),
-                                  local.encode_documents(TEXTS))  # fmt: skip
+    np.testing.assert_array_equal(
+        samtone_jax.load(f"{run}/checkpoints/2").encode_documents(TEXTS), local.encode_documents(TEXTS)
+    )
 
     task = ["--gin.evaluate.task='wordnet_definitions'", "--gin.evaluate.split='all'", "--gin.evaluate.k=10"]
     assert cli.main(["eval", f"--gin.evaluate.model_dir='{run}'", *task]) == 0
@@ -183,8 +195,15 @@ def test_eval_encode_export_mine_analyze_compare_and_load_on_a_bucket(gcs, train
     assert mined and all(len(line.split("\t")) == 2 for line in mined)
     assert json.loads(paths.as_path(f"{bucket}/negatives.tsv.json").read_text())["queries"] > 0
 
-    argv = ["analyze", f"--checkpoint={run}", "--name=run", *flags, f"--out={bucket}/analysis", "--tsne_sample=8",
-            "--ratio_pairs=50"]  # fmt: skip
+    argv = [
+        "analyze",
+        f"--checkpoint={run}",
+        "--name=run",
+        *flags,
+        f"--out={bucket}/analysis",
+        "--tsne_sample=8",
+        "--ratio_pairs=50",
+    ]
     assert cli.main(argv) == 0
     assert {"tsne.png", "summary.json", "report.md"} <= {o.rsplit("/", 1)[-1] for o in _objects(f"{bucket}/analysis")}
 

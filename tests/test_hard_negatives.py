@@ -30,8 +30,9 @@ def test_sample_strategy_is_a_seeded_subset_of_the_eligible():
     positives = [{0, 5}]
     first = mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample")
     again = mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample")
-    other = mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample",
-                                    seed=1)  # fmt: skip
+    other = mining.select_negatives(
+        ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample", seed=1
+    )
     assert first == again != other
     assert len(first[0]) == 4 and not set(first[0]) & {0, 5} and first[0] == sorted(first[0])
     with pytest.raises(ValueError, match="strategy"):
@@ -42,9 +43,13 @@ def _collection():
     from samtone_jax.data.collection import RetrievalCollection
 
     corpus = {
-        "d1": "the cat sat on the mat", "d2": "a cat chased a mouse", "d3": "cats and dogs are pets",
-        "d4": "the stock market fell", "d5": "a dog barked at the cat", "d6": "rivers flow to the sea",
-    }  # fmt: skip
+        "d1": "the cat sat on the mat",
+        "d2": "a cat chased a mouse",
+        "d3": "cats and dogs are pets",
+        "d4": "the stock market fell",
+        "d5": "a dog barked at the cat",
+        "d6": "rivers flow to the sea",
+    }
     queries = {"q1": "where did the cat sit", "q2": "what fell on the market", "q3": "unrelated words only"}
     qrels = {"q1": {"d1": 1}, "q2": {"d4": 1}, "q3": {"d6": 1}}
     return RetrievalCollection("toy", queries, corpus, qrels)
@@ -87,8 +92,15 @@ def test_dense_mining_command_excludes_positives(trained_run, wordnet_data, monk
 
     monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     out = tmp_path / "dense.tsv"
-    argv = ["mine", f"--checkpoint={trained_run}", "--task=wordnet_definitions", "--split=all", f"--out={out}",
-            "--num_negatives=3", "--range_max=10"]  # fmt: skip
+    argv = [
+        "mine",
+        f"--checkpoint={trained_run}",
+        "--task=wordnet_definitions",
+        "--split=all",
+        f"--out={out}",
+        "--num_negatives=3",
+        "--range_max=10",
+    ]
     assert cli.main(argv) == 0
     collection = tasks.load("wordnet_definitions", "all")
     rows = dict(line.rstrip("\n").split("\t") for line in open(out))

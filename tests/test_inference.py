@@ -201,7 +201,7 @@ def test_each_process_encodes_only_its_share(tmp_path):
     shares = [
         embedding_store.encode_to_shards(
             _CountingEncoder(), ids, texts, str(tmp_path), shard_size=7, process_index=p, process_count=2
-        )  # fmt: skip
+        )
         for p in range(2)
     ]
     assert shares == [[0, 2, 4], [1, 3]]

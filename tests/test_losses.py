@@ -42,8 +42,9 @@ def reference_loss(q, d, n, qid, did, nid, *, tau, mode, same_tower, bidirection
     pos = np.array([s(q[i], d[i]) for i in range(B)])
     if mode == "pairwise":  # STAR: mean logistic loss over random pairs + over hard pairs
         softplus = lambda x: np.log1p(np.exp(x))  # noqa: E731
-        random = [softplus(s(q[i], d[j]) - pos[i]) for i in range(B) for j in range(B)
-                  if j != i and not same_example(i, j)]  # fmt: skip
+        random = [
+            softplus(s(q[i], d[j]) - pos[i]) for i in range(B) for j in range(B) if j != i and not same_example(i, j)
+        ]
         hard_pairs = [softplus(x - pos[i]) for i in range(B) for x in hard(i)]
         return np.mean(random) + (np.mean(hard_pairs) if hard_pairs else 0.0)
     if mode == "gte":
@@ -104,10 +105,15 @@ def _batch(seed=0, B=6, D=8, K=2, with_ids=False):
 def _ours(q, d, n, qid, did, nid, **kw):
     def f(q, d):
         return contrastive_loss(
-            q, d, temperature=TAU, negatives=None if n is None else jnp.asarray(n, jnp.float32),
-            query_ids=None if qid is None else jnp.asarray(qid), doc_ids=None if did is None else jnp.asarray(did),
-            negative_ids=None if nid is None else jnp.asarray(nid), **kw,
-        )[0]  # fmt: skip
+            q,
+            d,
+            temperature=TAU,
+            negatives=None if n is None else jnp.asarray(n, jnp.float32),
+            query_ids=None if qid is None else jnp.asarray(qid),
+            doc_ids=None if did is None else jnp.asarray(did),
+            negative_ids=None if nid is None else jnp.asarray(nid),
+            **kw,
+        )[0]
 
     value, grads = jax.value_and_grad(f, argnums=(0, 1))(jnp.asarray(q, jnp.float32), jnp.asarray(d, jnp.float32))
     return float(value), [np.asarray(g, np.float64) for g in grads]

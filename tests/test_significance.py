@@ -39,9 +39,13 @@ def test_randomization_matches_exact_enumeration_and_scipy(d):
     assert abs(p - exact) < 0.02  # Monte-Carlo standard error <= 0.0036
     # With 2^10 < n_resamples scipy enumerates all sign flips exactly too.
     ref = scipy.stats.permutation_test(
-        (a, b), lambda x, y, axis: np.mean(x - y, axis=axis), permutation_type="samples", vectorized=True,
-        n_resamples=100000, alternative="two-sided",
-    )  # fmt: skip
+        (a, b),
+        lambda x, y, axis: np.mean(x - y, axis=axis),
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=100000,
+        alternative="two-sided",
+    )
     assert ref.pvalue == pytest.approx(exact, abs=1e-9)
 
 
@@ -107,8 +111,16 @@ def write_eval(path, per_query, task="squad", split="dev", queries=None):
     per_query = {m: dict(zip(queries, v, strict=False)) for m, v in per_query.items()}
     metrics = {m: float(np.mean(list(v.values()))) for m, v in per_query.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"task": task, "split": split, "step": 100, "queries": len(queries), "corpus": 50, "metrics": metrics,
-            "per_query": per_query, "trec": path.stem + ".trec"}  # fmt: skip
+    data = {
+        "task": task,
+        "split": split,
+        "step": 100,
+        "queries": len(queries),
+        "corpus": 50,
+        "metrics": metrics,
+        "per_query": per_query,
+        "trec": path.stem + ".trec",
+    }
     path.write_text(json.dumps(data))
     return str(path)
 

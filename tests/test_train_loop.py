@@ -162,8 +162,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _local(n, devices, argv, env, log_dir, timeout=300):
     """launch/local.sh: n processes of `devices` CPU devices each over jax.distributed."""
-    cmd = ["bash", str(REPO / "launch" / "local.sh"), str(n), f"--devices={devices}", f"--port={_free_port()}",
-           f"--logs={log_dir}", *argv]  # fmt: skip
+    cmd = [
+        "bash",
+        str(REPO / "launch" / "local.sh"),
+        str(n),
+        f"--devices={devices}",
+        f"--port={_free_port()}",
+        f"--logs={log_dir}",
+        *argv,
+    ]
     proc = subprocess.run(cmd, env=dict(env, PYTHON=sys.executable), capture_output=True, text=True, timeout=timeout)
     logs = "".join(open(os.path.join(log_dir, f)).read()[-2000:] for f in sorted(os.listdir(log_dir)))
     assert proc.returncode == 0, proc.stderr + logs
@@ -200,8 +207,10 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
     flags = ["--gin.evaluate.task='wordnet_definitions'", "--gin.evaluate.split='all'", "--gin.evaluate.k=10"]
     _run(["eval", f"--gin.evaluate.model_dir='{single}'", "--num_cpu_devices=4", *flags], env, tmp_path / "e1.log")
     _local(2, 2, ["eval", f"--gin.evaluate.model_dir='{multi}'", *flags], env, tmp_path / "logs_eval")
-    results = [json.loads(paths.as_path(f"{d}/eval/wordnet_definitions_all_step5.json").read_text())["metrics"]
-               for d in (single, multi)]  # fmt: skip
+    results = [
+        json.loads(paths.as_path(f"{d}/eval/wordnet_definitions_all_step5.json").read_text())["metrics"]
+        for d in (single, multi)
+    ]
     assert results[0] == pytest.approx(results[1], abs=1e-6)
 
 
@@ -212,8 +221,12 @@ def test_a_killed_process_stops_the_others_and_a_restart_resumes(wordnet_fixture
     wn, vocab_path = wordnet_fixture
     env, model_dir, port = _env(wn), tmp_path / "run", _free_port()
     argv = _argv(model_dir, vocab_path, steps=8, extra=["--gin.train.checkpoint_every=2"])
-    flags = [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", "--num_cpu_devices=1",
-             "--heartbeat_timeout_seconds=10"]  # fmt: skip
+    flags = [
+        f"--coordinator_address=127.0.0.1:{port}",
+        "--num_processes=2",
+        "--num_cpu_devices=1",
+        "--heartbeat_timeout_seconds=10",
+    ]
     procs = [_launch([*argv, *flags, f"--process_id={i}"], env, tmp_path / f"p{i}.log", slow=True) for i in range(2)]
     _wait_for(lambda: "step 3/" in open(tmp_path / "p0.log").read() or procs[0].poll() is not None)
     procs[1].send_signal(signal.SIGKILL)
@@ -273,14 +286,24 @@ def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, squad_dev):
     configurables.parse(
         ["models/t5_1_1_tiny.gin", "architectures/sde.gin", "losses/samtone_query.gin"],
         [
-            "VOCAB_SIZE = 2000", "TEMPERATURE = 0.05", f"train.model_dir = '{tmp_path / 'run'}'",
-            "train.task = 'multireqa_squad_dev'", "train.train_steps = 120", "train.batch_size = 32",
-            "train.query_length = 24", "train.doc_length = 48", f"train.vocabulary = '{vocab_path}'",
-            "train.log_every = 20", "train.checkpoint_every = 1000", "adafactor.learning_rate = 1e-2",
-            "train.eval_every = 60", "train.eval_split = 'test'",
-            "train.retrieval_eval_task = 'multireqa_squad_dev'", "train.retrieval_eval_split = 'test'",
+            "VOCAB_SIZE = 2000",
+            "TEMPERATURE = 0.05",
+            f"train.model_dir = '{tmp_path / 'run'}'",
+            "train.task = 'multireqa_squad_dev'",
+            "train.train_steps = 120",
+            "train.batch_size = 32",
+            "train.query_length = 24",
+            "train.doc_length = 48",
+            f"train.vocabulary = '{vocab_path}'",
+            "train.log_every = 20",
+            "train.checkpoint_every = 1000",
+            "adafactor.learning_rate = 1e-2",
+            "train.eval_every = 60",
+            "train.eval_split = 'test'",
+            "train.retrieval_eval_task = 'multireqa_squad_dev'",
+            "train.retrieval_eval_split = 'test'",
         ],
-    )  # fmt: skip
+    )
     train.train()
     hook = _series(tmp_path / "run" / "eval", "eval/retrieval/RR")
     assert len(hook) == 2  # steps 60 and 120

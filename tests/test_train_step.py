@@ -188,9 +188,14 @@ def test_fsdp_shards_parameters_and_takes_the_same_step(gin_tiny):
     replicated_params, replicated = _one_step(gin_tiny, mesh, batch)
     configurables.parse(
         ["models/t5_1_1_tiny.gin", "architectures/ade_spl.gin", "losses/samtone_both.gin"],
-        ["VOCAB_SIZE = 97", "DROPOUT_RATE = 0.1", "PROJECTION_DIM = 16", "TEMPERATURE = 0.05",
-         "logical_rules.fsdp = True"],
-    )  # fmt: skip
+        [
+            "VOCAB_SIZE = 97",
+            "DROPOUT_RATE = 0.1",
+            "PROJECTION_DIM = 16",
+            "TEMPERATURE = 0.05",
+            "logical_rules.fsdp = True",
+        ],
+    )
     tx, _ = train.adafactor(learning_rate=1e-2, train_steps=10)
     state = train.initial_state(gin_tiny, tx, mesh, seed=0, init_checkpoint=None)
     scale = state["params"]["query_encoder"]["encoder_norm"]["scale"]
@@ -202,8 +207,7 @@ def test_fsdp_shards_parameters_and_takes_the_same_step(gin_tiny):
     assert stats and all(x.addressable_shards[0].data.shape == (4, 4, 8) for x in stats)
     fsdp_params, fsdp = _one_step(gin_tiny, mesh, batch)
     np.testing.assert_allclose(fsdp["loss"], replicated["loss"], rtol=1e-5)
-    for a, b in zip(jax.tree_util.tree_leaves(fsdp_params), jax.tree_util.tree_leaves(replicated_params),
-                    strict=True):  # fmt: skip
+    for a, b in zip(jax.tree_util.tree_leaves(fsdp_params), jax.tree_util.tree_leaves(replicated_params), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
@@ -217,8 +221,13 @@ def test_scan_remat_and_grad_cache_under_fsdp_take_the_same_step():
     mesh = partitioning.create_mesh()
     batch = _batch(batch=32, k=1)
     files = ["models/t5_1_1_tiny.gin", "architectures/ade_spl.gin", "losses/samtone_both.gin"]
-    common = ["VOCAB_SIZE = 97", "DROPOUT_RATE = 0.1", "PROJECTION_DIM = 16", "TEMPERATURE = 0.05",
-              "T5Config.scan_layers = True"]  # fmt: skip
+    common = [
+        "VOCAB_SIZE = 97",
+        "DROPOUT_RATE = 0.1",
+        "PROJECTION_DIM = 16",
+        "TEMPERATURE = 0.05",
+        "T5Config.scan_layers = True",
+    ]
     configurables.parse(files, common)
     reference_params, reference = _one_step(gin_utils.model(), mesh, batch)
     configurables.parse(files, [*common, "logical_rules.fsdp = True", "T5Config.remat = True"])

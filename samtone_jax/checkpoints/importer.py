@@ -73,12 +73,18 @@ def import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
     if model.architecture == "sde":
         params = {"encoder": towers["query"], "projection": {"kernel": kernels["query"]}}
     elif model.architecture == "ade_spl":
-        params = {"query_encoder": towers["query"], "document_encoder": towers["document"],
-                  "projection": {"kernel": kernels["query"]}}  # fmt: skip
+        params = {
+            "query_encoder": towers["query"],
+            "document_encoder": towers["document"],
+            "projection": {"kernel": kernels["query"]},
+        }
     else:
-        params = {"query_encoder": towers["query"], "document_encoder": towers["document"],
-                  "query_projection": {"kernel": kernels["query"]},
-                  "document_projection": {"kernel": kernels["document"]}}  # fmt: skip
+        params = {
+            "query_encoder": towers["query"],
+            "document_encoder": towers["document"],
+            "query_projection": {"kernel": kernels["query"]},
+            "document_projection": {"kernel": kernels["document"]},
+        }
     expected = abstract["query_projection" if model.architecture == "ade" else "projection"]["kernel"].shape
     if kernels["query"].shape != tuple(expected):
         raise CheckpointMismatchError(
@@ -89,8 +95,7 @@ def import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
         params["log_temperature"] = np.asarray(np.log(model.learnable_temperature), np.float32)
     if model.architecture == "sde":
         used_total //= 2  # both sides read the same tower and projection
-    return params, {"format": "hf", "source": src, "export": info, "variables_used": used_total,
-                    "unused_variables": []}  # fmt: skip
+    return params, {"format": "hf", "source": src, "export": info, "variables_used": used_total, "unused_variables": []}
 
 
 def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tuple[dict, dict]:

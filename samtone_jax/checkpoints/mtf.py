@@ -59,8 +59,11 @@ def _local_prefix(path: str) -> str:
         prefix = paths.as_path(named) if paths.is_remote(named) or named.startswith("/") else prefix / named
     if prefix.name.endswith(".index"):
         prefix = prefix.parent / prefix.name[: -len(".index")]
-    files = [f for f in prefix.parent.glob(prefix.name + ".*")
-             if f.name == prefix.name + ".index" or f.name.startswith(prefix.name + ".data-")]  # fmt: skip
+    files = [
+        f
+        for f in prefix.parent.glob(prefix.name + ".*")
+        if f.name == prefix.name + ".index" or f.name.startswith(prefix.name + ".data-")
+    ]
     if not files:
         raise MissingFileError(f"{path}: no {prefix.name}.index / .data-* files in {prefix.parent}")
     local = tempfile.mkdtemp(prefix="samtone_jax-mtf-")

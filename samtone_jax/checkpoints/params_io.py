@@ -28,8 +28,14 @@ MODEL_GIN = "model.gin"
 INFO_JSON = "info.json"
 
 
-def save_params(directory: str, params, model_gin: str, info: dict | None = None, overwrite: bool = False,
-                extra_files: dict[str, bytes] | None = None) -> str:  # fmt: skip
+def save_params(
+    directory: str,
+    params,
+    model_gin: str,
+    info: dict | None = None,
+    overwrite: bool = False,
+    extra_files: dict[str, bytes] | None = None,
+) -> str:
     """Write `params` (a pytree of arrays), `model_gin`, `info` and `extra_files` ({name: bytes},
     e.g. the vocabulary) to `directory` atomically."""
     directory = paths.as_path(directory)

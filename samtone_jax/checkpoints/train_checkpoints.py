@@ -168,8 +168,13 @@ class TrainCheckpointer:
                         )
                     raise CheckpointRestoreError(f"checkpoint {where} cannot be restored ({cause}). {hint}") from e
                 aside = f"{where}.unreadable-{int(time.time())}"
-                log.warning("checkpoint %s cannot be restored (%s): moved to %s; resuming from step %d", where,
-                            cause, aside, steps[1])  # fmt: skip
+                log.warning(
+                    "checkpoint %s cannot be restored (%s): moved to %s; resuming from step %d",
+                    where,
+                    cause,
+                    aside,
+                    steps[1],
+                )
                 paths.move(where, aside)
                 self.manager.reload()
         return state, 0

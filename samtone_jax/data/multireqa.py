@@ -140,8 +140,9 @@ def test_articles(titles: list[str]) -> set[str]:
     return set(sorted(titles, key=lambda t: hashlib.md5(t.encode("utf-8")).hexdigest())[:TEST_ARTICLES])
 
 
-def load_squad_dev(directory: str, squad_dev_json: str, split: str, skip_bad_records: bool = False,
-                   paragraphs: bool = False):  # fmt: skip
+def load_squad_dev(
+    directory: str, squad_dev_json: str, split: str, skip_bad_records: bool = False, paragraphs: bool = False
+):
     """The rebuilt MultiReQA-SQuAD dev task; split 'train' | 'test' (by article) | 'all'.
 
     The corpus is always all 10,642 sentences (the test candidate pool); the split only chooses
@@ -157,8 +158,9 @@ def load_squad_dev(directory: str, squad_dev_json: str, split: str, skip_bad_rec
     stats = ReadStats()
     corpus, queries, qrels, question_paragraph = {}, {}, {}, {}
     if not paragraphs:
-        for c in read_jsonl(paths.join(directory, "candidates.jsonl"), stats, skip_bad_records,
-                            require=("cid", "text")):  # fmt: skip
+        for c in read_jsonl(
+            paths.join(directory, "candidates.jsonl"), stats, skip_bad_records, require=("cid", "text")
+        ):
             corpus[c["cid"]] = c["text"]
     questions = paths.join(directory, "questions.jsonl")
     for q in read_jsonl(questions, stats, skip_bad_records, require=("qid", "question", "gold", "context_idx")):

@@ -88,9 +88,15 @@ def _shard_batches(provider, converter, lengths, split, shard, shards, rows, see
     shard_seed = seed if shards == 1 else seed * 1_000_003 + shard
     if isinstance(provider, seqio.Mixture):
         ds = provider.get_dataset(
-            None, split, shuffle=True, seed=shard_seed, num_epochs=None, use_cached=False, shard_info=info,
+            None,
+            split,
+            shuffle=True,
+            seed=shard_seed,
+            num_epochs=None,
+            use_cached=False,
+            shard_info=info,
             passthrough_features=[k for k in lengths if k not in ("query", "document")],
-        )  # fmt: skip
+        )
         return converter(ds, lengths).batch(rows, drop_remainder=True)
     ds = provider.get_dataset(None, split, shuffle=False, num_epochs=1, use_cached=False, shard_info=info)
     ds = converter(ds, lengths).cache()

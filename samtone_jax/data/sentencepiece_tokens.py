@@ -42,8 +42,9 @@ class SentencePieceTokens:
             raise MissingFileError(f"SentencePiece model {self.path} not found") from e
         model = sentencepiece_model_pb2.ModelProto.FromString(raw)
         for i in reversed(range(self.extra_ids)):  # as seqio adds them: the last extra id first
-            model.pieces.add(piece=f"▁<extra_id_{i}>", score=0.0,
-                             type=sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED)  # fmt: skip
+            model.pieces.add(
+                piece=f"▁<extra_id_{i}>", score=0.0, type=sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+            )
         return model.SerializeToString()
 
     @functools.cached_property

@@ -83,8 +83,9 @@ def encode_to_shards(
     mine = [i for i in range(count) if i % process_count == process_index]
     todo = [i for i in mine if not _shard_path(out_dir, i, count).exists()]
     if len(todo) < len(mine):
-        log.info("%s: %d of this process's %d shards already in %s", description, len(mine) - len(todo), len(mine),
-                 out_dir)  # fmt: skip
+        log.info(
+            "%s: %d of this process's %d shards already in %s", description, len(mine) - len(todo), len(mine), out_dir
+        )
     rows = sum(min(shard_size, len(ids) - i * shard_size) for i in todo)
     with Progress(rows, description, process_index=process_index) as progress:
         for i in todo:

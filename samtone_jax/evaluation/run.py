@@ -25,8 +25,9 @@ from samtone_jax.evaluation import metrics, search
 from samtone_jax.evaluation.embedding_store import encode_to_shards, load_shards
 
 
-def embed(encoder, texts: dict[str, str], side: str, out_dir: str | None = None,
-          shard_size: int = 65536) -> tuple[list[str], np.ndarray]:  # fmt: skip
+def embed(
+    encoder, texts: dict[str, str], side: str, out_dir: str | None = None, shard_size: int = 65536
+) -> tuple[list[str], np.ndarray]:
     """(sorted ids, [N, P] embeddings) of `texts` on `side`; through resumable shards in `out_dir`
     when given (every process encodes its share; all of them must call this)."""
     import jax
@@ -36,11 +37,23 @@ def embed(encoder, texts: dict[str, str], side: str, out_dir: str | None = None,
     if out_dir is None:
         with Progress(len(ids), f"encoding {side}s", process_index=jax.process_index()) as progress:
             return ids, encode([texts[i] for i in ids], progress.update)
-    fingerprint = {"source": encoder.source, "step": encoder.step, "side": side,
-                   "length": encoder.query_length if side == "query" else encoder.doc_length}  # fmt: skip
-    encode_to_shards(encode, ids, [texts[i] for i in ids], out_dir, shard_size=shard_size, fingerprint=fingerprint,
-                     process_index=jax.process_index(), process_count=jax.process_count(),
-                     description=f"encoding {side}s")  # fmt: skip
+    fingerprint = {
+        "source": encoder.source,
+        "step": encoder.step,
+        "side": side,
+        "length": encoder.query_length if side == "query" else encoder.doc_length,
+    }
+    encode_to_shards(
+        encode,
+        ids,
+        [texts[i] for i in ids],
+        out_dir,
+        shard_size=shard_size,
+        fingerprint=fingerprint,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        description=f"encoding {side}s",
+    )
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
@@ -49,9 +62,17 @@ def embed(encoder, texts: dict[str, str], side: str, out_dir: str | None = None,
     return stored_ids, embeddings
 
 
-def dense_run(encoder, queries: dict[str, str], corpus: dict[str, str], *, k: int = 100, mesh=None,
-              exclude_self: bool = False, backend: str = "exact",
-              embeddings_dir: str | None = None) -> dict[str, dict[str, float]]:  # fmt: skip
+def dense_run(
+    encoder,
+    queries: dict[str, str],
+    corpus: dict[str, str],
+    *,
+    k: int = 100,
+    mesh=None,
+    exclude_self: bool = False,
+    backend: str = "exact",
+    embeddings_dir: str | None = None,
+) -> dict[str, dict[str, float]]:
     """{query id: {doc id: score}} of the top-k documents for every query (`encoder`: a
     samtone_jax.inference.Encoder)."""
     join = (lambda name: paths.join(embeddings_dir, name)) if embeddings_dir else (lambda name: None)
@@ -77,10 +98,19 @@ def format_table(results: dict[str, float]) -> str:
 
 
 @gin.configurable
-def evaluate(model_dir: str = gin.REQUIRED, task: str = gin.REQUIRED, split: str = "test",
-             vocabulary: str | None = None, query_length: int | None = None, doc_length: int | None = None,
-             k: int = 100, step: int | None = None, backend: str = "exact", keep_embeddings: bool = True,
-             shard_size: int = 65536) -> dict[str, float]:  # fmt: skip
+def evaluate(
+    model_dir: str = gin.REQUIRED,
+    task: str = gin.REQUIRED,
+    split: str = "test",
+    vocabulary: str | None = None,
+    query_length: int | None = None,
+    doc_length: int | None = None,
+    k: int = 100,
+    step: int | None = None,
+    backend: str = "exact",
+    keep_embeddings: bool = True,
+    shard_size: int = 65536,
+) -> dict[str, float]:
     """Evaluate the checkpoint at `step` (default: the latest) of MODEL_DIR on task/split; lengths
     default to the run's train.query_length / train.doc_length.
 
@@ -93,23 +123,43 @@ def evaluate(model_dir: str = gin.REQUIRED, task: str = gin.REQUIRED, split: str
 
     collection = tasks.load(task, split)  # bad data fails here, before the model is loaded
     mesh = partitioning.create_mesh(devices=jax.local_devices())
-    encoder = inference.load(model_dir, step=step, vocabulary=vocabulary, query_length=query_length,
-                             doc_length=doc_length, mesh=mesh)  # fmt: skip
+    encoder = inference.load(
+        model_dir, step=step, vocabulary=vocabulary, query_length=query_length, doc_length=doc_length, mesh=mesh
+    )
     name = f"{task}_{split}_step{encoder.step}"
     out = paths.as_path(model_dir) / "eval"
     embeddings_dir = str(out / "embeddings" / name)
-    run = dense_run(encoder, collection.queries, collection.corpus, k=k, mesh=encoder.mesh,
-                    exclude_self=task.startswith("beir_"), backend=backend, embeddings_dir=embeddings_dir)  # fmt: skip
+    run = dense_run(
+        encoder,
+        collection.queries,
+        collection.corpus,
+        k=k,
+        mesh=encoder.mesh,
+        exclude_self=task.startswith("beir_"),
+        backend=backend,
+        embeddings_dir=embeddings_dir,
+    )
     measures = metrics.measures_for_depth(k)
     results = metrics.evaluate(collection.qrels, run, measures)
     if jax.process_index() == 0:
         write_trec(out / f"{name}.trec", run, f"samtone_step{encoder.step}")
-        record = {"task": task, "split": split, "step": encoder.step, "queries": len(run),
-                  "corpus": len(collection.corpus), "k": k, "backend": backend, "metrics": results,
-                  "trec": name + ".trec", "per_query": metrics.per_query(collection.qrels, run, measures)}  # fmt: skip
+        record = {
+            "task": task,
+            "split": split,
+            "step": encoder.step,
+            "queries": len(run),
+            "corpus": len(collection.corpus),
+            "k": k,
+            "backend": backend,
+            "metrics": results,
+            "trec": name + ".trec",
+            "per_query": metrics.per_query(collection.qrels, run, measures),
+        }
         write_atomic(out / f"{name}.json", json.dumps(record, indent=1, allow_nan=False))  # valid JSON or none
-        print(f"{task}/{split} step {encoder.step}: {len(run):,} queries, {len(collection.corpus):,} documents "
-              f"-> {out}/{name}.json")  # fmt: skip
+        print(
+            f"{task}/{split} step {encoder.step}: {len(run):,} queries, {len(collection.corpus):,} documents "
+            f"-> {out}/{name}.json"
+        )
         print(format_table(results))
         if not keep_embeddings:
             paths.as_path(embeddings_dir).rmtree(missing_ok=True)

@@ -43,13 +43,15 @@ def _use_native(selection: str, recall_target: float | None) -> bool:
     if selection == "auto" and jax.default_backend() != "cpu":  # TPU / GPU hosts: no compiler run, no warning
         return False
     if selection == "native" and not native_top_k.available():
-        raise RuntimeError(f"selection='native' but the native top-k kernel is unavailable: "
-                           f"{native_top_k.unavailable_reason()}")  # fmt: skip
+        raise RuntimeError(
+            f"selection='native' but the native top-k kernel is unavailable: {native_top_k.unavailable_reason()}"
+        )
     return native_top_k.available()
 
 
-def chunked_top_k(queries, corpus, k: int, chunk_size: int, n: int, offset=0, recall_target=None,
-                  selection: str = "auto", scale=None):  # fmt: skip
+def chunked_top_k(
+    queries, corpus, k: int, chunk_size: int, n: int, offset=0, recall_target=None, selection: str = "auto", scale=None
+):
     """Top-k over `corpus` rows (global ids offset + row; rows with id >= n are padding).
 
     `corpus` may be float32, bfloat16 or int8 with `scale` [rows] float32 (row r is corpus[r] ·
@@ -134,8 +136,15 @@ class ExactIndex:
     'native', or 'lax'.
     """
 
-    def __init__(self, corpus: np.ndarray, mesh=None, chunk_size: int | None = None, query_batch: int = 1024,
-                 recall_target: float | None = None, selection: str = "auto"):  # fmt: skip
+    def __init__(
+        self,
+        corpus: np.ndarray,
+        mesh=None,
+        chunk_size: int | None = None,
+        query_batch: int = 1024,
+        recall_target: float | None = None,
+        selection: str = "auto",
+    ):
         corpus = np.asarray(corpus, np.float32)
         if corpus.ndim != 2:
             raise BadValueError(f"the corpus must be [N, D] embeddings, got shape {corpus.shape}")
@@ -169,9 +178,16 @@ class ExactIndex:
         return np.concatenate(out_scores), np.concatenate(out_ids)
 
 
-def exact_top_k(queries: np.ndarray, corpus: np.ndarray, k: int = 100, chunk_size: int | None = None,
-                query_batch: int = 1024, mesh=None, recall_target: float | None = None,
-                selection: str = "auto"):  # fmt: skip
+def exact_top_k(
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    k: int = 100,
+    chunk_size: int | None = None,
+    query_batch: int = 1024,
+    mesh=None,
+    recall_target: float | None = None,
+    selection: str = "auto",
+):
     """(scores [Q, k] float32, corpus indices [Q, k] int32), best first, ties by lower index:
     ExactIndex(corpus, ...).search(queries, k), for one set of queries. queries [Q, D], corpus [N, D];
     with `mesh`, each device holds 1/devices of the corpus."""

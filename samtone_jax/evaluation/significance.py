@@ -165,8 +165,18 @@ def compare(
     if unknown or not measures:
         raise BadValueError(f"unknown measure(s) {unknown}; available in all files: {', '.join(available)}")
     labels = short_labels(paths)
-    result = {"task": keys[0][0], "split": keys[0][1], "test": test, "trials": trials, "seed": seed,
-              "baseline": baseline, "labels": labels, "paths": list(paths), "queries": {}, "measures": {}}  # fmt: skip
+    result = {
+        "task": keys[0][0],
+        "split": keys[0][1],
+        "test": test,
+        "trials": trials,
+        "seed": seed,
+        "baseline": baseline,
+        "labels": labels,
+        "paths": list(paths),
+        "queries": {},
+        "measures": {},
+    }
     for m in measures:
         qids = _query_ids(m, runs, labels, baseline, allow_partial)
         scores = [np.array([float(r["per_query"][m][q]) for q in qids]) for r in runs]

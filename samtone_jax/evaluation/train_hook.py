@@ -25,8 +25,19 @@ log = logging.getLogger(__name__)
 class RetrievalEval:
     """Callable params -> {'retrieval/P@1': ..., 'retrieval/RR': ..., ...} on a fixed query sample."""
 
-    def __init__(self, model, mesh, vocabulary, task: str, split: str, query_length: int, doc_length: int,
-                 max_queries: int | None = 2000, k: int = 100, batch_size: int = 256):  # fmt: skip
+    def __init__(
+        self,
+        model,
+        mesh,
+        vocabulary,
+        task: str,
+        split: str,
+        query_length: int,
+        doc_length: int,
+        max_queries: int | None = 2000,
+        k: int = 100,
+        batch_size: int = 256,
+    ):
         from samtone_jax import tasks
 
         collection = tasks.load(task, split)

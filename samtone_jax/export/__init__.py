@@ -34,8 +34,10 @@ MIN_COSINE = 0.9999
 def _towers_and_kernels(architecture: str, p) -> tuple[dict, dict]:
     """({side: tower params}, {side: projection kernel [D, P]}); an SDE's sides share both."""
     if architecture == "sde":
-        return {"query": p["encoder"], "document": p["encoder"]}, {"query": p["projection"]["kernel"],
-                                                                   "document": p["projection"]["kernel"]}  # fmt: skip
+        return {"query": p["encoder"], "document": p["encoder"]}, {
+            "query": p["projection"]["kernel"],
+            "document": p["projection"]["kernel"],
+        }
     towers = {"query": p["query_encoder"], "document": p["document_encoder"]}
     if architecture == "ade_spl":
         return towers, {"query": p["projection"]["kernel"], "document": p["projection"]["kernel"]}
@@ -53,12 +55,19 @@ def _write_hf(tmp, encoder, towers, kernels, tokenizer) -> dict:
         write_t5_encoder(towers[side], encoder.model.config, str(paths.as_path(tmp) / dirs[side]))
     tokenizer.save_pretrained(tmp)
     one_projection = encoder.architecture in ("sde", "ade_spl")
-    tensors = {"query": "linear.weight", "document": "linear.weight"} if one_projection else {
-        "query": "query.linear.weight", "document": "document.linear.weight"}  # fmt: skip
-    save_file({tensors[s]: np.ascontiguousarray(np.asarray(kernels[s], np.float32).T) for s in ("query", "document")},
-              str(paths.as_path(tmp) / "projection.safetensors"))  # fmt: skip
-    return {"towers": dirs,
-            "projections": {s: {"file": "projection.safetensors", "tensor": tensors[s]} for s in tensors}}  # fmt: skip
+    tensors = (
+        {"query": "linear.weight", "document": "linear.weight"}
+        if one_projection
+        else {"query": "query.linear.weight", "document": "document.linear.weight"}
+    )
+    save_file(
+        {tensors[s]: np.ascontiguousarray(np.asarray(kernels[s], np.float32).T) for s in ("query", "document")},
+        str(paths.as_path(tmp) / "projection.safetensors"),
+    )
+    return {
+        "towers": dirs,
+        "projections": {s: {"file": "projection.safetensors", "tensor": tensors[s]} for s in tensors},
+    }
 
 
 def _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer) -> tuple[dict, object]:
@@ -108,18 +117,29 @@ def _locate_st_weights(folder: str, architecture: str) -> dict:
 def _check_embeddings(encoder, embed_queries, embed_documents, texts) -> float:
     """The smallest cosine between ours and the export's embeddings over `texts` (both sides)."""
     worst = 1.0
-    for ours, theirs in ((encoder.encode_queries(texts), embed_queries(texts)),
-                         (encoder.encode_documents(texts), embed_documents(texts))):  # fmt: skip
+    for ours, theirs in (
+        (encoder.encode_queries(texts), embed_queries(texts)),
+        (encoder.encode_documents(texts), embed_documents(texts)),
+    ):
         cos = np.sum(ours * np.asarray(theirs, np.float32), axis=1)
         worst = min(worst, float(cos.min()))
     if worst < MIN_COSINE:
-        raise BadValueError(f"the exported model's embeddings differ from ours (min cosine {worst:.6f} < {MIN_COSINE}) "
-                         "on the probe texts; the export was not written")  # fmt: skip
+        raise BadValueError(
+            f"the exported model's embeddings differ from ours (min cosine {worst:.6f} < {MIN_COSINE}) "
+            "on the probe texts; the export was not written"
+        )
     return worst
 
 
-def export(checkpoint: str, fmt: str, dst: str, *, step: int | None = None, vocabulary: str | None = None,
-           overwrite: bool = False) -> dict:  # fmt: skip
+def export(
+    checkpoint: str,
+    fmt: str,
+    dst: str,
+    *,
+    step: int | None = None,
+    vocabulary: str | None = None,
+    overwrite: bool = False,
+) -> dict:
     """Export `checkpoint` (anything samtone_jax.load takes) to `dst`; returns samtone.json's content."""
     from transformers.utils import logging as hf_logging
 
@@ -147,19 +167,34 @@ def export(checkpoint: str, fmt: str, dst: str, *, step: int | None = None, voca
             layout = _write_hf(tmp, encoder, towers, kernels, tokenizer)
         else:
             layout, model = _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer)
-        info = {"samtone_jax_version": __version__, "format": fmt, "architecture": encoder.architecture,
-                "query_length": encoder.query_length, "doc_length": encoder.doc_length,
-                "projection_dim": int(kernels["query"].shape[1]), "vocabulary": VOCAB_FILE,
-                "extra_ids": int(encoder.vocabulary.extra_ids), **layout,
-                "source": {"checkpoint": encoder.source, "step": encoder.step}}  # fmt: skip
+        info = {
+            "samtone_jax_version": __version__,
+            "format": fmt,
+            "architecture": encoder.architecture,
+            "query_length": encoder.query_length,
+            "doc_length": encoder.doc_length,
+            "projection_dim": int(kernels["query"].shape[1]),
+            "vocabulary": VOCAB_FILE,
+            "extra_ids": int(encoder.vocabulary.extra_ids),
+            **layout,
+            "source": {"checkpoint": encoder.source, "step": encoder.step},
+        }
         staged = paths.as_path(tmp)  # local; becomes DST as a whole
         (staged / VOCAB_FILE).write_bytes(encoder.vocabulary.sp_model)
         (staged / "model.gin").write_text(gin_utils.model_gin(encoder.model))
         (staged / EXPORT_JSON).write_text(json.dumps(info, indent=2))
-        (staged / "README.md").write_text(model_card(
-            architecture=encoder.architecture, config=encoder.model.config, projection_dim=info["projection_dim"],
-            fmt=fmt, query_length=encoder.query_length, doc_length=encoder.doc_length, run_dir=encoder.source,
-            step=encoder.step))  # fmt: skip
+        (staged / "README.md").write_text(
+            model_card(
+                architecture=encoder.architecture,
+                config=encoder.model.config,
+                projection_dim=info["projection_dim"],
+                fmt=fmt,
+                query_length=encoder.query_length,
+                doc_length=encoder.doc_length,
+                run_dir=encoder.source,
+                step=encoder.step,
+            )
+        )
         texts = probes[:40] + [" ".join(probes[40:60])]  # one text longer than any length: truncation checked
         if fmt == "sentence-transformers":  # reloaded from disk, offline, as a user would
             from sentence_transformers import SentenceTransformer

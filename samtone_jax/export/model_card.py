@@ -39,8 +39,17 @@ def eval_results(run_dir: str) -> list[dict]:
     return [latest[k] for k in sorted(latest)]
 
 
-def model_card(*, architecture: str, config, projection_dim: int, fmt: str, query_length: int, doc_length: int,
-               run_dir: str, step: int | None) -> str:  # fmt: skip
+def model_card(
+    *,
+    architecture: str,
+    config,
+    projection_dim: int,
+    fmt: str,
+    query_length: int,
+    doc_length: int,
+    run_dir: str,
+    step: int | None,
+) -> str:
     settings = run_settings(run_dir)
     loss = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("contrastive_loss.")}
     lines = [
@@ -65,27 +74,44 @@ def model_card(*, architecture: str, config, projection_dim: int, fmt: str, quer
     ]
     if settings.get("train.task"):
         task = settings["train.task"].strip("'\"")
-        lines.append(f"- Data: task `{task}`, batch {settings.get('train.batch_size', '?')}, "
-                     f"{settings.get('train.train_steps', '?')} steps.")  # fmt: skip
+        lines.append(
+            f"- Data: task `{task}`, batch {settings.get('train.batch_size', '?')}, "
+            f"{settings.get('train.train_steps', '?')} steps."
+        )
     if loss:
         lines.append("- Loss (`contrastive_loss`): " + ", ".join(f"{k} = {v}" for k, v in sorted(loss.items())) + ".")
     results = eval_results(run_dir)
     if results:
         names = list(dict.fromkeys(n for r in results for n in r["metrics"]))  # every measure, first-seen order
-        lines += ["", "## Evaluation (samtone eval)", "",
-                  "| task | split | step | queries | documents | " + " | ".join(names) + " |",
-                  "|---|---|---:|---:|---:|" + "---:|" * len(names)]  # fmt: skip
+        lines += [
+            "",
+            "## Evaluation (samtone eval)",
+            "",
+            "| task | split | step | queries | documents | " + " | ".join(names) + " |",
+            "|---|---|---:|---:|---:|" + "---:|" * len(names),
+        ]
         for r in results:
             values = " | ".join(f"{r['metrics'][n]:.4f}" if n in r["metrics"] else "–" for n in names)
-            lines.append(f"| {r['task']} | {r['split']} | {r.get('step')} | {r.get('queries')} | {r.get('corpus')} | "
-                         f"{values} |")  # fmt: skip
+            lines.append(
+                f"| {r['task']} | {r['split']} | {r.get('step')} | {r.get('queries')} | {r.get('corpus')} | {values} |"
+            )
     lines += ["", "## Usage", ""]
     if fmt == "sentence-transformers":
-        lines += ["```python", "from sentence_transformers import SentenceTransformer",
-                  "model = SentenceTransformer(PATH)",
-                  'q = model.encode_query(["what is a dual encoder?"])',
-                  'd = model.encode_document(["A dual encoder embeds queries and documents separately."])',
-                  "print(model.similarity(q, d))", "```"]  # fmt: skip
-    lines += ["```python", "import samtone_jax", "encoder = samtone_jax.load(PATH)",
-              'q = encoder.encode_queries(["what is a dual encoder?"])', "```", ""]  # fmt: skip
+        lines += [
+            "```python",
+            "from sentence_transformers import SentenceTransformer",
+            "model = SentenceTransformer(PATH)",
+            'q = model.encode_query(["what is a dual encoder?"])',
+            'd = model.encode_document(["A dual encoder embeds queries and documents separately."])',
+            "print(model.similarity(q, d))",
+            "```",
+        ]
+    lines += [
+        "```python",
+        "import samtone_jax",
+        "encoder = samtone_jax.load(PATH)",
+        'q = encoder.encode_queries(["what is a dual encoder?"])',
+        "```",
+        "",
+    ]
     return "\n".join(lines)

@@ -18,12 +18,18 @@ def _dense(kernel: np.ndarray):
     import torch
     from sentence_transformers.sentence_transformer.modules import Dense
 
-    return Dense(kernel.shape[0], kernel.shape[1], bias=False, activation_function=torch.nn.Identity(),
-                 init_weight=torch.from_numpy(np.array(kernel.T, np.float32)))  # fmt: skip
+    return Dense(
+        kernel.shape[0],
+        kernel.shape[1],
+        bias=False,
+        activation_function=torch.nn.Identity(),
+        init_weight=torch.from_numpy(np.array(kernel.T, np.float32)),
+    )
 
 
-def build(architecture: str, tower_dirs: dict[str, str], kernels: dict[str, np.ndarray], query_length: int,
-          doc_length: int):  # fmt: skip
+def build(
+    architecture: str, tower_dirs: dict[str, str], kernels: dict[str, np.ndarray], query_length: int, doc_length: int
+):
     """The SentenceTransformer model (CPU, float32). tower_dirs / kernels: {'query': ..., 'document': ...}
     (the same folder / array for both sides of an SDE)."""
     from sentence_transformers import SentenceTransformer
@@ -34,8 +40,12 @@ def build(architecture: str, tower_dirs: dict[str, str], kernels: dict[str, np.n
 
     width = kernels["query"].shape[0]
     if architecture == "sde":
-        modules = [transformer(tower_dirs["query"], doc_length), Pooling(width, "mean"), _dense(kernels["query"]),
-                   Normalize()]  # fmt: skip
+        modules = [
+            transformer(tower_dirs["query"], doc_length),
+            Pooling(width, "mean"),
+            _dense(kernels["query"]),
+            Normalize(),
+        ]
     else:
         pooling = Pooling(width, "mean")
         query_dense = _dense(kernels["query"])

@@ -38,8 +38,9 @@ def lambda_weights(ranks: jax.Array, relevant: jax.Array, valid: jax.Array, metr
     return jnp.where(pairs, jnp.abs(gain[:, :, None] - gain[:, None, :]), 0.0)
 
 
-def ranknet_lambda_loss(scores: jax.Array, ranks: jax.Array, relevant: jax.Array, valid: jax.Array,
-                        metric_cut: int, temperature: float) -> jax.Array:  # fmt: skip
+def ranknet_lambda_loss(
+    scores: jax.Array, ranks: jax.Array, relevant: jax.Array, valid: jax.Array, metric_cut: int, temperature: float
+) -> jax.Array:
     """scores [B, C] (with gradient), ranks [B, C] 1-based, relevant / valid [B, C] -> [B] per-query loss."""
     w = jax.lax.stop_gradient(lambda_weights(ranks, relevant, valid, metric_cut))
     margin = (scores[:, None, :] - scores[:, :, None]) / temperature  # s_j − s_i for pair (i, j)
@@ -52,8 +53,19 @@ def _candidate_scores(q, rows, scale):
     return out if scale is None else out * scale
 
 
-def adore_loss_local(q, index, scale, positives, *, k: int, metric_cut: int, temperature: float, n: int,
-                     chunk_size: int, axis_name: str = "data"):  # fmt: skip
+def adore_loss_local(
+    q,
+    index,
+    scale,
+    positives,
+    *,
+    k: int,
+    metric_cut: int,
+    temperature: float,
+    n: int,
+    chunk_size: int,
+    axis_name: str = "data",
+):
     """Inside shard_map: q [b, P] local queries, index [N/devices, P] the local shard (scale [N/devices]
     for int8, else None), positives [b, G] global corpus indices (-1 = padding). Returns (loss, metrics)."""
     b = q.shape[0]
@@ -88,8 +100,9 @@ def adore_loss_local(q, index, scale, positives, *, k: int, metric_cut: int, tem
 
     # 4. each device the loss of its own rows.
     rows_here = device * b + jnp.arange(b)
-    per_query = ranknet_lambda_loss(scores[rows_here], ranks[rows_here], relevant[rows_here], valid[rows_here],
-                                    metric_cut, temperature)  # fmt: skip
+    per_query = ranknet_lambda_loss(
+        scores[rows_here], ranks[rows_here], relevant[rows_here], valid[rows_here], metric_cut, temperature
+    )
     first_relevant = jnp.min(jnp.where(relevant[rows_here][:, :k], ranks[rows_here][:, :k], k + 1), axis=1)
     metrics = {
         "loss": jnp.mean(per_query),

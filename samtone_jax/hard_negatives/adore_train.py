@@ -41,14 +41,22 @@ def ade_params(architecture: str, params) -> dict:
     copy = functools.partial(jax.tree_util.tree_map, np.array)
     if architecture == "sde":
         tower, q_kernel, d_kernel = params["encoder"], params["projection"], params["projection"]
-        return {"query_encoder": copy(tower), "document_encoder": copy(tower),
-                "query_projection": copy(q_kernel), "document_projection": copy(d_kernel)}  # fmt: skip
+        return {
+            "query_encoder": copy(tower),
+            "document_encoder": copy(tower),
+            "query_projection": copy(q_kernel),
+            "document_projection": copy(d_kernel),
+        }
     if architecture == "ade_spl":
-        return {"query_encoder": copy(params["query_encoder"]), "document_encoder": copy(params["document_encoder"]),
-                "query_projection": copy(params["projection"]),
-                "document_projection": copy(params["projection"])}  # fmt: skip
-    return copy({k: params[k] for k in ("query_encoder", "document_encoder", "query_projection",
-                                        "document_projection")})  # fmt: skip
+        return {
+            "query_encoder": copy(params["query_encoder"]),
+            "document_encoder": copy(params["document_encoder"]),
+            "query_projection": copy(params["projection"]),
+            "document_projection": copy(params["projection"]),
+        }
+    return copy(
+        {k: params[k] for k in ("query_encoder", "document_encoder", "query_projection", "document_projection")}
+    )
 
 
 def quantize_index(embeddings: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -68,12 +76,22 @@ def make_adore_step(model, tx, mesh, *, k, metric_cut, temperature, n, chunk_siz
         q = model.apply({"params": params}, tokens, method=model.encode_queries)
 
         def local(q, index, scale, positives):
-            return adore_loss_local(q, index, scale if has_scale else None, positives, k=k, metric_cut=metric_cut,
-                                    temperature=temperature, n=n, chunk_size=chunk_size)  # fmt: skip
+            return adore_loss_local(
+                q,
+                index,
+                scale if has_scale else None,
+                positives,
+                k=k,
+                metric_cut=metric_cut,
+                temperature=temperature,
+                n=n,
+                chunk_size=chunk_size,
+            )
 
         data = P("data")
-        return jax.shard_map(local, mesh=mesh, in_specs=(data, data, data, data), out_specs=(P(), P()),
-                             check_vma=False)(q, index, scale, positives)  # fmt: skip
+        return jax.shard_map(
+            local, mesh=mesh, in_specs=(data, data, data, data), out_specs=(P(), P()), check_vma=False
+        )(q, index, scale, positives)
 
     def step(state, tokens, positives, index, scale):
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -105,12 +123,27 @@ def _training_queries(collection, vocabulary, length, max_positives):
 
 
 @gin.configurable
-def train_adore(model_dir: str = gin.REQUIRED, init_checkpoint: str = gin.REQUIRED, task: str = gin.REQUIRED,
-                train_steps: int = gin.REQUIRED, batch_size: int = 32, split: str = "train", k: int = 200,
-                metric_cut: int = 10, temperature: float = 0.05, index_dtype: str = "float32",
-                chunk_size: int = 8192, max_positives: int = 4, seed: int = 0, checkpoint_every: int = 1000,
-                keep_checkpoints: int = 2, log_every: int = 50, eval_every: int = 0,
-                retrieval_eval_task: str | None = None, retrieval_eval_split: str = "test") -> dict:  # fmt: skip
+def train_adore(
+    model_dir: str = gin.REQUIRED,
+    init_checkpoint: str = gin.REQUIRED,
+    task: str = gin.REQUIRED,
+    train_steps: int = gin.REQUIRED,
+    batch_size: int = 32,
+    split: str = "train",
+    k: int = 200,
+    metric_cut: int = 10,
+    temperature: float = 0.05,
+    index_dtype: str = "float32",
+    chunk_size: int = 8192,
+    max_positives: int = 4,
+    seed: int = 0,
+    checkpoint_every: int = 1000,
+    keep_checkpoints: int = 2,
+    log_every: int = 50,
+    eval_every: int = 0,
+    retrieval_eval_task: str | None = None,
+    retrieval_eval_split: str = "test",
+) -> dict:
     """ADORE from `init_checkpoint` for `train_steps` (resumes from MODEL_DIR); returns the last metrics."""
     from samtone_jax import gin_utils, inference, tasks
     from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
@@ -125,15 +158,27 @@ def train_adore(model_dir: str = gin.REQUIRED, init_checkpoint: str = gin.REQUIR
     paths.check_bucket(model_dir, "train_adore.model_dir")
     model_dir = paths.as_path(model_dir)
     source = inference.load(init_checkpoint, mesh=partitioning.create_mesh(devices=jax.local_devices()))
-    model = DualEncoder(config=source.model.config, architecture="ade",
-                        projection_dim=int(source.encode_queries(["x"]).shape[1]))  # fmt: skip
+    model = DualEncoder(
+        config=source.model.config, architecture="ade", projection_dim=int(source.encode_queries(["x"]).shape[1])
+    )
     if jax.process_index() == 0:  # one writer of the shared files
         write_atomic(model_dir / "vocab.model", source.vocabulary.sp_model)
-        write_atomic(model_dir / "config.gin", gin_utils.model_gin(model) + "\n".join([
-            f"train.query_length = {source.query_length}", f"train.doc_length = {source.doc_length}",
-            f"train.task = {task!r}", f"train.batch_size = {batch_size}", f"train.train_steps = {train_steps}",
-            f"# ADORE from {source.source} step {source.step}: k = {k}, metric_cut = {metric_cut}, τ = {temperature}",
-        ]) + "\n")  # fmt: skip
+        write_atomic(
+            model_dir / "config.gin",
+            gin_utils.model_gin(model)
+            + "\n".join(
+                [
+                    f"train.query_length = {source.query_length}",
+                    f"train.doc_length = {source.doc_length}",
+                    f"train.task = {task!r}",
+                    f"train.batch_size = {batch_size}",
+                    f"train.train_steps = {train_steps}",
+                    f"# ADORE from {source.source} step {source.step}: "
+                    f"k = {k}, metric_cut = {metric_cut}, τ = {temperature}",
+                ]
+            )
+            + "\n",
+        )
 
     collection = tasks.load(task, split)
     tokens, positives, doc_ids = _training_queries(collection, source.vocabulary, source.query_length, max_positives)
@@ -151,28 +196,50 @@ def train_adore(model_dir: str = gin.REQUIRED, init_checkpoint: str = gin.REQUIR
     schedule_tx, schedule = adafactor(train_steps=train_steps)
 
     boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
-    params = jax.device_put(ade_params(source.architecture, jax.device_get(source.params)),
-                            partitioning.param_shardings(mesh, boxed))  # fmt: skip
+    params = jax.device_put(
+        ade_params(source.architecture, jax.device_get(source.params)), partitioning.param_shardings(mesh, boxed)
+    )
     # The document side stays what built the index: no update, no optimizer state. (A concrete label
     # tree, not a function: optax.tree_map_params traces the optimizer's init with placeholders.)
-    labels = {key: jax.tree_util.tree_map(lambda _, key=key: "frozen" if key in FROZEN else "train", value)
-              for key, value in params.items()}  # fmt: skip
+    labels = {
+        key: jax.tree_util.tree_map(lambda _, key=key: "frozen" if key in FROZEN else "train", value)
+        for key, value in params.items()
+    }
     tx = optax.multi_transform({"train": schedule_tx, "frozen": optax.set_to_zero()}, labels)
     replicated = NamedSharding(mesh, P())
-    state = {"step": jax.device_put(jnp.zeros((), jnp.int32), replicated), "params": params,
-             "opt_state": partitioning.init_optimizer_state(tx, params, mesh),
-             "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed)), replicated)}  # fmt: skip
+    state = {
+        "step": jax.device_put(jnp.zeros((), jnp.int32), replicated),
+        "params": params,
+        "opt_state": partitioning.init_optimizer_state(tx, params, mesh),
+        "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed)), replicated),
+    }
     checkpointer = TrainCheckpointer(model_dir / "checkpoints", checkpoint_every, keep_checkpoints)
     state, start = checkpointer.restore_latest(state)
-    adore_step = make_adore_step(model, tx, mesh, k=min(k, n), metric_cut=metric_cut, temperature=temperature, n=n,
-                           chunk_size=chunk, has_scale=index_dtype == "int8")  # fmt: skip
+    adore_step = make_adore_step(
+        model,
+        tx,
+        mesh,
+        k=min(k, n),
+        metric_cut=metric_cut,
+        temperature=temperature,
+        n=n,
+        chunk_size=chunk,
+        has_scale=index_dtype == "int8",
+    )
     step_fn = jax.jit(adore_step, donate_argnums=0)
     retrieval_eval = None
     if retrieval_eval_task:
         from samtone_jax.evaluation.train_hook import RetrievalEval
 
-        retrieval_eval = RetrievalEval(model, mesh, source.vocabulary, retrieval_eval_task, retrieval_eval_split,
-                                       source.query_length, source.doc_length)  # fmt: skip
+        retrieval_eval = RetrievalEval(
+            model,
+            mesh,
+            source.vocabulary,
+            retrieval_eval_task,
+            retrieval_eval_split,
+            source.query_length,
+            source.doc_length,
+        )
     progress = ProgressLogger(model_dir, train_steps, batch_size, log_every, checkpointer)
     per_epoch = len(tokens) // batch_size
     if per_epoch == 0:

@@ -51,9 +51,11 @@ def select_negatives(
     out = []
     for row, row_scores, gold, gold_score in zip(ranked, scores, positives, positive_scores, strict=True):
         window = slice(range_min, range_max)
-        keep = [int(j) for j, s in zip(row[window], row_scores[window], strict=True)
-                if j >= 0 and j not in gold
-                and (relative_margin is None or s <= (1.0 - relative_margin) * gold_score)]  # fmt: skip
+        keep = [
+            int(j)
+            for j, s in zip(row[window], row_scores[window], strict=True)
+            if j >= 0 and j not in gold and (relative_margin is None or s <= (1.0 - relative_margin) * gold_score)
+        ]
         if strategy == "sample" and len(keep) > num_negatives:
             keep = [keep[i] for i in sorted(rng.choice(len(keep), num_negatives, replace=False).tolist())]
         out.append(keep[:num_negatives])
@@ -92,15 +94,32 @@ def _bm25_candidates(queries: list[str], corpus: list[str], positives, depth: in
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
     tokens = bm25s.tokenize(queries, stopwords="en", show_progress=False, return_ids=False)
-    ranked, scores = retriever.retrieve(bm25s.tokenize(queries, stopwords="en", show_progress=False),
-                                        k=min(depth, len(corpus)), show_progress=False, n_threads=1)  # fmt: skip
-    gold = np.array([max(retriever.get_scores(t)[list(pos)]) if t else 0.0 for t, pos in zip(tokens, positives,
-                     strict=True)], np.float32)  # fmt: skip
+    ranked, scores = retriever.retrieve(
+        bm25s.tokenize(queries, stopwords="en", show_progress=False),
+        k=min(depth, len(corpus)),
+        show_progress=False,
+        n_threads=1,
+    )
+    gold = np.array(
+        [max(retriever.get_scores(t)[list(pos)]) if t else 0.0 for t, pos in zip(tokens, positives, strict=True)],
+        np.float32,
+    )
     return np.asarray(ranked), np.asarray(scores, np.float32), gold
 
 
-def mine(collection, out: str, *, encoder=None, num_negatives: int = 8, range_min: int = 0, range_max: int = 100,
-         relative_margin: float | None = None, strategy: str = "top", seed: int = 0, mesh=None) -> dict:  # fmt: skip
+def mine(
+    collection,
+    out: str,
+    *,
+    encoder=None,
+    num_negatives: int = 8,
+    range_min: int = 0,
+    range_max: int = 100,
+    relative_margin: float | None = None,
+    strategy: str = "top",
+    seed: int = 0,
+    mesh=None,
+) -> dict:
     """Mine negatives for every query of `collection` that has a positive; write `out` (TSV) and
     `out`.json (counts). `encoder`: a samtone_jax.inference.Encoder, or None for BM25."""
     query_ids = sorted(q for q in collection.queries if collection.qrels.get(q))
@@ -117,16 +136,31 @@ def mine(collection, out: str, *, encoder=None, num_negatives: int = 8, range_mi
     else:
         ranked, scores, gold = _dense_candidates(encoder, queries, corpus, positives, range_max, mesh)
     chosen = select_negatives(
-        ranked, scores, positives, gold, num_negatives=num_negatives, range_min=range_min, range_max=range_max,
-        relative_margin=relative_margin, strategy=strategy, seed=seed,
-    )  # fmt: skip
+        ranked,
+        scores,
+        positives,
+        gold,
+        num_negatives=num_negatives,
+        range_min=range_min,
+        range_max=range_max,
+        relative_margin=relative_margin,
+        strategy=strategy,
+        seed=seed,
+    )
     write_negatives(out, query_ids, doc_ids, chosen)
     counts = [len(c) for c in chosen]
-    summary = {"queries": len(query_ids), "with_enough_negatives": sum(c >= num_negatives for c in counts),
-               "without_enough_negatives": sum(c < num_negatives for c in counts),
-               "without_any_negative": sum(c == 0 for c in counts), "mean_negatives": float(np.mean(counts)),
-               "method": "bm25" if encoder is None else f"dense:{encoder.source}@{encoder.step}",
-               "num_negatives": num_negatives, "range": [range_min, range_max], "relative_margin": relative_margin,
-               "strategy": strategy, "seed": seed}  # fmt: skip
+    summary = {
+        "queries": len(query_ids),
+        "with_enough_negatives": sum(c >= num_negatives for c in counts),
+        "without_enough_negatives": sum(c < num_negatives for c in counts),
+        "without_any_negative": sum(c == 0 for c in counts),
+        "mean_negatives": float(np.mean(counts)),
+        "method": "bm25" if encoder is None else f"dense:{encoder.source}@{encoder.step}",
+        "num_negatives": num_negatives,
+        "range": [range_min, range_max],
+        "relative_margin": relative_margin,
+        "strategy": strategy,
+        "seed": seed,
+    }
     write_atomic(out + ".json", json.dumps(summary, indent=2))
     return summary

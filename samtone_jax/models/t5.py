@@ -107,7 +107,8 @@ def _dense(x: jax.Array, kernel: jax.Array, in_dims: int = 1) -> jax.Array:
 
 def _param(module: nn.Module, name: str, init, shape, axes, dtype):
     """A parameter boxed with its logical axis names (one per dimension)."""
-    assert len(axes) == len(shape), (name, shape, axes)
+    if len(axes) != len(shape):
+        raise ValueError(f"parameter {name}: {len(shape)}-D shape {shape} but logical axes {axes}")
     return module.param(name, nn.with_logical_partitioning(init, axes), shape, dtype)
 
 

@@ -30,9 +30,22 @@ from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.errors import BadValueError
 
 BEIR_DATASETS = (
-    "arguana", "climate-fever", "cqadupstack", "dbpedia-entity", "fever", "fiqa", "hotpotqa", "msmarco",
-    "nfcorpus", "nq", "quora", "scidocs", "scifact", "trec-covid", "webis-touche2020",
-)  # fmt: skip
+    "arguana",
+    "climate-fever",
+    "cqadupstack",
+    "dbpedia-entity",
+    "fever",
+    "fiqa",
+    "hotpotqa",
+    "msmarco",
+    "nfcorpus",
+    "nq",
+    "quora",
+    "scidocs",
+    "scifact",
+    "trec-covid",
+    "webis-touche2020",
+)
 
 
 @gin.configurable
@@ -83,9 +96,12 @@ def _wordnet(split: str, skip_bad_records: bool = False) -> RetrievalCollection:
 def _squad_dev(split: str, skip_bad_records: bool = False, paragraphs: bool = False) -> RetrievalCollection:
     root = data_dir()
     return multireqa.load_squad_dev(
-        paths.join(root, "multireqa_squad_dev"), paths.join(root, "squad_v1.1", "dev-v1.1.json"), split,
-        skip_bad_records, paragraphs=paragraphs,
-    )  # fmt: skip
+        paths.join(root, "multireqa_squad_dev"),
+        paths.join(root, "squad_v1.1", "dev-v1.1.json"),
+        split,
+        skip_bad_records,
+        paragraphs=paragraphs,
+    )
 
 
 def _multireqa(suffix: str, split: str, skip_bad_records: bool = False) -> RetrievalCollection:
@@ -133,8 +149,9 @@ def _load_cached(name: str, split: str, skip_bad_records: bool, root_key: str, n
         missing = sum(d not in collection.corpus for ds in mined.values() for d in ds)
         if missing:
             collection.stats["negatives_with_missing_document"] += missing
-        collection.hard_negatives = {q: [d for d in ds if d in collection.corpus]
-                                     for q, ds in mined.items() if q in collection.queries}  # fmt: skip
+        collection.hard_negatives = {
+            q: [d for d in ds if d in collection.corpus] for q, ds in mined.items() if q in collection.queries
+        }
     collection.check(f"{name}/{split}")
     collection.stats.report(f"{name}/{split}")
     return collection

@@ -22,11 +22,16 @@ from samtone_jax.tensorflow_setup import tf
 
 MIXTURES = {
     # The five MultiReQA datasets with training data, equally weighted (MultiReQA's "all" model).
-    "multireqa_train_mixture": ("multireqa_squad", "multireqa_nq", "multireqa_triviaqa", "multireqa_searchqa",
-                                "multireqa_hotpotqa"),
+    "multireqa_train_mixture": (
+        "multireqa_squad",
+        "multireqa_nq",
+        "multireqa_triviaqa",
+        "multireqa_searchqa",
+        "multireqa_hotpotqa",
+    ),
     # Both offline-available tasks: WordNet from Debian, SQuAD dev from ../shared/data.
     "offline_mixture": ("wordnet_definitions", "multireqa_squad_dev"),
-}  # fmt: skip
+}
 
 
 def examples(
@@ -39,8 +44,9 @@ def examples(
 
 
 @functools.lru_cache(maxsize=16)
-def _examples(name: str, split: str, num_negatives: int, skip_bad_records: bool, root: str,
-              negatives_file: str | None) -> dict[str, np.ndarray]:  # fmt: skip
+def _examples(
+    name: str, split: str, num_negatives: int, skip_bad_records: bool, root: str, negatives_file: str | None
+) -> dict[str, np.ndarray]:
     """Column arrays of the task's training examples: one row per relevant (query, document) pair.
 
     With num_negatives = K, only queries with ≥ K hard negatives are kept (the count of those
