@@ -19,6 +19,7 @@ from samtone_jax.checkpoints.source import CheckpointMismatchError, report_unuse
 from samtone_jax.errors import BadValueError
 from samtone_jax.models import DualEncoder, init_params
 from samtone_jax.models.dual_encoder import Projection
+from samtone_jax.models.layout import SIDES, layout
 
 EXPORT_JSON = "samtone.json"  # written by samtone_jax.export
 FORMATS = {"hf": hf.open_source, "t5x": t5x.open_source, "mtf": mtf.open_source}
@@ -58,34 +59,19 @@ def import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
             f"architectures/{info['architecture']}.gin (or pass --gin_file={src}/model.gin)"
         )
     abstract = abstract_params(model)
+    tree = layout(model.architecture)
     towers, kernels, used_total = {}, {}, 0
-    for side in ("query", "document"):
+    for side in SIDES:
         folder = str(paths.as_path(paths.as_path(src) / info["towers"][side]))  # normalised
         source = hf.open_source(folder, model.config)
-        towers[side], used = tower_from_source(
-            source, abstract["encoder" if model.architecture == "sde" else f"{side}_encoder"]
-        )
+        towers[side], used = tower_from_source(source, abstract[tree.towers[side]])
         report_unused(source, used)
         used_total += len(used) + 1
         where = info["projections"][side]
         with safe_open(str(paths.as_path(src) / where["file"]), framework="numpy") as f:
             kernels[side] = np.array(f.get_tensor(where["tensor"]).T)  # stored [P, D] as torch's Linear
-    if model.architecture == "sde":
-        params = {"encoder": towers["query"], "projection": {"kernel": kernels["query"]}}
-    elif model.architecture == "ade_spl":
-        params = {
-            "query_encoder": towers["query"],
-            "document_encoder": towers["document"],
-            "projection": {"kernel": kernels["query"]},
-        }
-    else:
-        params = {
-            "query_encoder": towers["query"],
-            "document_encoder": towers["document"],
-            "query_projection": {"kernel": kernels["query"]},
-            "document_projection": {"kernel": kernels["document"]},
-        }
-    expected = abstract["query_projection" if model.architecture == "ade" else "projection"]["kernel"].shape
+    params = tree.assemble(towers, kernels)
+    expected = abstract[tree.projections["query"]]["kernel"].shape
     if kernels["query"].shape != tuple(expected):
         raise CheckpointMismatchError(
             f"{src}: projection {kernels['query'].shape} but the model's is {tuple(expected)}; "
@@ -93,7 +79,7 @@ def import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
         )
     if "log_temperature" in abstract:
         params["log_temperature"] = np.asarray(np.log(model.learnable_temperature), np.float32)
-    if model.architecture == "sde":
+    if tree.shares_tower:
         used_total //= 2  # both sides read the same tower and projection
     return params, {"format": "hf", "source": src, "export": info, "variables_used": used_total, "unused_variables": []}
 
@@ -111,28 +97,15 @@ def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tupl
         return import_export(src, model)
     source = FORMATS[fmt](src, model.config)
     abstract = abstract_params(model)
-    tower_key = "encoder" if model.architecture == "sde" else "query_encoder"
-    tower, used = tower_from_source(source, abstract[tower_key])
-    projection_key = "query_projection" if model.architecture == "ade" else "projection"
-    kernel = _projection(source, model, abstract[projection_key]["kernel"], seed)
+    tree = layout(model.architecture)
+    tower, used = tower_from_source(source, abstract[tree.towers["query"]])
+    kernel = _projection(source, model, abstract[tree.projections["query"]]["kernel"], seed)
     projection_from_source = source.projection_name in source.name_set
     if projection_from_source:
         used.add(source.projection_name)
     report_unused(source, used)
-
-    if model.architecture == "sde":
-        params = {"encoder": tower, "projection": {"kernel": kernel}}
-    else:
-        # Two towers that start equal but train apart: independent copies, not aliases.
-        params = {
-            "query_encoder": tower,
-            "document_encoder": jax.tree_util.tree_map(np.copy, tower),
-        }
-        if model.architecture == "ade_spl":
-            params["projection"] = {"kernel": kernel}
-        else:
-            params["query_projection"] = {"kernel": kernel}
-            params["document_projection"] = {"kernel": kernel.copy()}
+    # Both sides start from the source; two towers get independent copies (they train apart).
+    params = tree.assemble({s: tower for s in SIDES}, {s: kernel for s in SIDES})
     if "log_temperature" in abstract:  # a fresh learnable temperature starts at its configured value
         params["log_temperature"] = np.asarray(np.log(model.learnable_temperature), np.float32)
     info = {

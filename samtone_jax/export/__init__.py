@@ -22,6 +22,7 @@ import numpy as np
 from samtone_jax import __version__, paths
 from samtone_jax.atomic_file import atomic_directory
 from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
+from samtone_jax.models.layout import SIDES, layout
 
 log = logging.getLogger(__name__)
 
@@ -31,37 +32,19 @@ VOCAB_FILE = "spiece.model"
 MIN_COSINE = 0.9999
 
 
-def _towers_and_kernels(architecture: str, p) -> tuple[dict, dict]:
-    """({side: tower params}, {side: projection kernel [D, P]}); an SDE's sides share both."""
-    if architecture == "sde":
-        return {"query": p["encoder"], "document": p["encoder"]}, {
-            "query": p["projection"]["kernel"],
-            "document": p["projection"]["kernel"],
-        }
-    towers = {"query": p["query_encoder"], "document": p["document_encoder"]}
-    if architecture == "ade_spl":
-        return towers, {"query": p["projection"]["kernel"], "document": p["projection"]["kernel"]}
-    return towers, {"query": p["query_projection"]["kernel"], "document": p["document_projection"]["kernel"]}
-
-
 def _write_hf(tmp, encoder, towers, kernels, tokenizer) -> dict:
     from safetensors.numpy import save_file
 
     from samtone_jax.export.hf_weights import write_t5_encoder
 
-    shared = encoder.architecture == "sde"
-    dirs = {"query": ".", "document": "."} if shared else {"query": "query_encoder", "document": "document_encoder"}
-    for side in ("query", "document") if not shared else ("query",):
+    tree = layout(encoder.architecture)
+    dirs = {s: "." if tree.shares_tower else tree.towers[s] for s in SIDES}
+    for side in tree.tower_sides():
         write_t5_encoder(towers[side], encoder.model.config, str(paths.as_path(tmp) / dirs[side]))
     tokenizer.save_pretrained(tmp)
-    one_projection = encoder.architecture in ("sde", "ade_spl")
-    tensors = (
-        {"query": "linear.weight", "document": "linear.weight"}
-        if one_projection
-        else {"query": "query.linear.weight", "document": "document.linear.weight"}
-    )
+    tensors = {s: "linear.weight" if tree.shares_projection else f"{s}.linear.weight" for s in SIDES}
     save_file(
-        {tensors[s]: np.ascontiguousarray(np.asarray(kernels[s], np.float32).T) for s in ("query", "document")},
+        {tensors[s]: np.ascontiguousarray(np.asarray(kernels[s], np.float32).T) for s in SIDES},
         str(paths.as_path(tmp) / "projection.safetensors"),
     )
     return {
@@ -75,9 +58,8 @@ def _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer) -> tu
     from samtone_jax.export.hf_weights import write_t5_encoder
 
     staging = paths.as_path(tmp) / ".towers"
-    sides = ("query",) if encoder.architecture == "sde" else ("query", "document")
     dirs = {}
-    for side in sides:
+    for side in layout(encoder.architecture).tower_sides():
         dirs[side] = str(staging / side)
         write_t5_encoder(towers[side], encoder.model.config, dirs[side])
         tokenizer.save_pretrained(dirs[side])
@@ -97,7 +79,7 @@ def _locate_st_weights(folder: str, architecture: str) -> dict:
     """Where sentence-transformers put each tower and Dense weight (read from its own config files)."""
     root = paths.as_path(folder)
     modules = json.loads((root / "modules.json").read_text())
-    if architecture == "sde":
+    if layout(architecture).shares_tower:  # one pipeline, no Router
         transformer = next(m["path"] for m in modules if m["type"].endswith("Transformer"))
         dense = next(m["path"] for m in modules if m["type"].endswith("Dense"))
         towers = {"query": transformer or ".", "document": transformer or "."}
@@ -106,7 +88,7 @@ def _locate_st_weights(folder: str, architecture: str) -> dict:
     router = next(m["path"] for m in modules if m["type"].endswith("Router"))
     config = json.loads((root / router / "router_config.json").read_text())
     towers, projections = {}, {}
-    for side in ("query", "document"):
+    for side in SIDES:
         route = config["structure"][side]
         towers[side] = _relative(router, next(m for m in route if config["types"][m].endswith("Transformer")))
         dense = _relative(router, next(m for m in route if config["types"][m].endswith("Dense")))
@@ -161,12 +143,12 @@ def export(
     tokenizer = tokenizer_lib.t5_tokenizer(encoder.vocabulary, max(encoder.query_length, encoder.doc_length))
     for length in {encoder.query_length, encoder.doc_length}:
         tokenizer_lib.check_parity(tokenizer, encoder.vocabulary, probes, length)
-    towers, kernels = _towers_and_kernels(encoder.architecture, encoder.params)
+    towers, kernels = layout(encoder.architecture).split(encoder.params)
     with atomic_directory(dst, overwrite) as tmp:
         if fmt == "hf":
-            layout = _write_hf(tmp, encoder, towers, kernels, tokenizer)
+            where = _write_hf(tmp, encoder, towers, kernels, tokenizer)
         else:
-            layout, model = _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer)
+            where, model = _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer)
         info = {
             "samtone_jax_version": __version__,
             "format": fmt,
@@ -176,7 +158,7 @@ def export(
             "projection_dim": int(kernels["query"].shape[1]),
             "vocabulary": VOCAB_FILE,
             "extra_ids": int(encoder.vocabulary.extra_ids),
-            **layout,
+            **where,
             "source": {"checkpoint": encoder.source, "step": encoder.step},
         }
         staged = paths.as_path(tmp)  # local; becomes DST as a whole

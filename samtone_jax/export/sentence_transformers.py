@@ -38,8 +38,11 @@ def build(
     def transformer(folder, max_length):
         return Transformer(folder, max_seq_length=max_length, query_length=query_length, document_length=doc_length)
 
+    from samtone_jax.models.layout import layout
+
+    tree = layout(architecture)
     width = kernels["query"].shape[0]
-    if architecture == "sde":
+    if tree.shares_tower:
         modules = [
             transformer(tower_dirs["query"], doc_length),
             Pooling(width, "mean"),
@@ -49,7 +52,7 @@ def build(
     else:
         pooling = Pooling(width, "mean")
         query_dense = _dense(kernels["query"])
-        document_dense = query_dense if architecture == "ade_spl" else _dense(kernels["document"])
+        document_dense = query_dense if tree.shares_projection else _dense(kernels["document"])
         router = Router.for_query_document(
             query_modules=[transformer(tower_dirs["query"], query_length), pooling, query_dense],
             document_modules=[transformer(tower_dirs["document"], doc_length), pooling, document_dense],

@@ -13,7 +13,6 @@ MODEL_DIR is an ordinary run directory (config.gin, checkpoints/, vocab.model, T
 
 from __future__ import annotations
 
-import functools
 import logging
 
 import gin
@@ -29,34 +28,19 @@ from samtone_jax.atomic_file import write_atomic
 from samtone_jax.errors import BadValueError
 from samtone_jax.hard_negatives.adore import adore_loss_local
 from samtone_jax.models import DualEncoder, init_params
+from samtone_jax.models.layout import layout
 
 log = logging.getLogger(__name__)
 
-FROZEN = ("document_encoder", "document_projection")
+ADE = layout("ade")
+FROZEN = ADE.owned_by("document")
 INDEX_DTYPES = ("float32", "bfloat16", "int8")
 
 
 def ade_params(architecture: str, params) -> dict:
     """The init model's parameters as an ADE tree (query side = the init's query side, copied)."""
-    copy = functools.partial(jax.tree_util.tree_map, np.array)
-    if architecture == "sde":
-        tower, q_kernel, d_kernel = params["encoder"], params["projection"], params["projection"]
-        return {
-            "query_encoder": copy(tower),
-            "document_encoder": copy(tower),
-            "query_projection": copy(q_kernel),
-            "document_projection": copy(d_kernel),
-        }
-    if architecture == "ade_spl":
-        return {
-            "query_encoder": copy(params["query_encoder"]),
-            "document_encoder": copy(params["document_encoder"]),
-            "query_projection": copy(params["projection"]),
-            "document_projection": copy(params["projection"]),
-        }
-    return copy(
-        {k: params[k] for k in ("query_encoder", "document_encoder", "query_projection", "document_projection")}
-    )
+    towers, kernels = layout(architecture).split(jax.device_get(params))
+    return ADE.assemble(towers, kernels)
 
 
 def quantize_index(embeddings: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray | None]:

@@ -5,12 +5,8 @@
   ade_spl  two towers, one shared projection ("ADE with shared projection layer").
 
 Embedding of a text: tower hidden states -> mean over non-padding tokens -> projection
-without bias -> L2 normalisation. Parameter trees (what importers and exporters rely on):
-
-  sde:      {encoder, projection}
-  ade:      {query_encoder, document_encoder, query_projection, document_projection}
-  ade_spl:  {query_encoder, document_encoder, projection}
-  (+ log_temperature [] when `learnable_temperature` is set)
+without bias -> L2 normalisation. Where each tower and projection lives in the parameter tree
+is models/layout.py's to say (one entry per architecture).
 """
 
 from __future__ import annotations
@@ -20,9 +16,10 @@ import jax
 import jax.numpy as jnp
 
 from samtone_jax.errors import BadValueError
+from samtone_jax.models.layout import ARCHITECTURES, layout
 from samtone_jax.models.t5 import PAD_ID, T5Config, T5Encoder, _fan_in_init, _param
 
-ARCHITECTURES = ("sde", "ade", "ade_spl")
+__all__ = ["ARCHITECTURES", "DualEncoder", "Projection", "init_params", "l2_normalize", "mean_pool"]
 
 
 def mean_pool(hidden: jax.Array, tokens: jax.Array) -> jax.Array:
@@ -82,11 +79,7 @@ class DualEncoder(nn.Module):
     identical_tower_init: bool = True
 
     def setup(self):
-        if self.architecture not in ARCHITECTURES:
-            raise BadValueError(
-                f"DualEncoder.architecture={self.architecture!r}: must be one of {ARCHITECTURES} "
-                "(gin: include one of gin_configs/architectures/*.gin)"
-            )
+        tree = layout(self.architecture)
         if self.learnable_temperature is not None:
             if not self.learnable_temperature > 0:
                 raise BadValueError(f"DualEncoder.learnable_temperature must be > 0, got {self.learnable_temperature}")
@@ -97,26 +90,14 @@ class DualEncoder(nn.Module):
                 jnp.float32,
             )
         features = self.projection_dim or self.config.emb_dim
-        pdtype = self.config.param_dtype
-        if self.architecture == "sde":
-            self.encoder = T5Encoder(self.config)
-            self.projection = Projection(features, pdtype)
-        else:
-            self.query_encoder = T5Encoder(self.config)
-            self.document_encoder = T5Encoder(self.config)
-            if self.architecture == "ade_spl":
-                self.projection = Projection(features, pdtype)
-            else:
-                self.query_projection = Projection(features, pdtype)
-                self.document_projection = Projection(features, pdtype)
+        # Submodules named by the layout's keys (Flax names a module set in setup by its attribute).
+        self._parts = {key: T5Encoder(self.config, name=key) for key in tree.tower_keys()} | {
+            key: Projection(features, self.config.param_dtype, name=key) for key in tree.projection_keys()
+        }
 
     def _towers(self, side: str):
-        if self.architecture == "sde":
-            return self.encoder, self.projection
-        encoder = self.query_encoder if side == "query" else self.document_encoder
-        if self.architecture == "ade_spl":
-            return encoder, self.projection
-        return encoder, (self.query_projection if side == "query" else self.document_projection)
+        tower, projection = layout(self.architecture).side_keys(side)
+        return self._parts[tower], self._parts[projection]
 
     def _encode(self, tokens: jax.Array, side: str, deterministic: bool) -> jax.Array:
         encoder, projection = self._towers(side)
@@ -153,8 +134,8 @@ def init_params(model: DualEncoder, rng: jax.Array, length: int = 8):
     """
     tokens = jnp.ones((1, length), jnp.int32)
     params = dict(model.init(rng, tokens, tokens)["params"])
-    if model.architecture != "sde" and model.identical_tower_init:
-        params["document_encoder"] = params["query_encoder"]
-        if model.architecture == "ade":
-            params["document_projection"] = params["query_projection"]
+    if model.identical_tower_init:
+        tree = layout(model.architecture)
+        for q_key, d_key in zip(tree.side_keys("query"), tree.side_keys("document"), strict=True):
+            params[d_key] = params[q_key]
     return params
