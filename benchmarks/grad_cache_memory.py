@@ -51,7 +51,9 @@ def measure(batch: int, chunk: int | None) -> dict:
         for k in ("query_tokens", "doc_tokens")
     }
     global_batch = partitioning.host_to_global(mesh, tokens)
-    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk), donate_argnums=0)
+    step = jax.jit(
+        train.make_train_step(model, tx, schedule, mesh, chunk, gin_utils.contrastive_loss), donate_argnums=0
+    )
     compiled = step.lower(state, global_batch).compile()
     temp = compiled.memory_analysis().temp_size_in_bytes
     seconds = []

@@ -46,7 +46,7 @@ def step_rate(batch, lq, ld, steps):
     mesh = partitioning.create_mesh()
     tx, schedule = train.adafactor(train_steps=1000)
     state = train.initial_state(model, tx, mesh, 0, None)
-    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, None), donate_argnums=0)
+    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, None, gin_utils.contrastive_loss), donate_argnums=0)
     it = pipeline.train_dataset(
         "wordnet_definitions", "train", batch_size=batch, query_length=lq, doc_length=ld
     ).as_numpy_iterator()

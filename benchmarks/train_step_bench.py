@@ -122,7 +122,7 @@ def bench_ours(batch: int, length: int, steps: int, extra_bindings=()):
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
     batch_arrays = {"query_tokens": random_tokens(batch, length, 1), "doc_tokens": random_tokens(batch, length, 2)}
     global_batch = partitioning.host_to_global(mesh, batch_arrays)
-    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, None), donate_argnums=0)
+    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, None, gin_utils.contrastive_loss), donate_argnums=0)
     compiled = step.lower(state, global_batch).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost

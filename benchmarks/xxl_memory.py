@@ -72,7 +72,9 @@ def report(fsdp: bool, args) -> dict:
         for k in ("query_tokens", "doc_tokens")
     }
     start = time.time()
-    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, args.grad_cache or None))
+    step = jax.jit(
+        train.make_train_step(model, tx, schedule, mesh, args.grad_cache or None, gin_utils.contrastive_loss)
+    )
     with partitioning.activation_sharding(mesh):
         compiled = step.lower(state, batch).compile()
     memory = compiled.memory_analysis()

@@ -93,11 +93,11 @@ def _init_distributed(args) -> None:
 
 # Modes configured entirely by gin: (mode, module, gin-configurable function, print final metrics, help).
 GIN_MODES = (
-    ("train", "samtone_jax.train", "train", True, "train a dual encoder (gin: runs/*.gin)"),
+    ("train", "samtone_jax.configurables", "train_program", True, "train a dual encoder (gin: runs/*.gin)"),
     (
         "train-adore",
-        "samtone_jax.hard_negatives.adore_train",
-        "train_adore",
+        "samtone_jax.configurables",
+        "train_adore_program",
         True,
         "ADORE: train the query tower against a frozen index (gin: train_adore.*)",
     ),
@@ -107,7 +107,7 @@ GIN_MODES = (
 
 def _gin_command(module: str, function: str, report_final: bool):
     """A mode that joins the distributed runtime, parses the gin flags and calls the gin-configured
-    `module.function()` (train, train_adore, evaluate)."""
+    `module.function()` (configurables.train_program, configurables.train_adore_program, evaluate)."""
 
     def run(args, bindings) -> int:
         _init_distributed(args)

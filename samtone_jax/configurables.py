@@ -6,6 +6,10 @@ any of those names must fail at parse time. So every module that defines a `@gin
 imported here, once, at the top. Only the programs import this module (cli.py, demo.py, and the
 benchmarks and tests that parse configs like the command line does); nothing below them does, so
 the package's import graph has no circle (tests/test_import_graph.py).
+
+It is also the edge where the programs get their dependencies: `train_program` builds the model,
+loss, mesh and partitioning rules from gin and passes them to train.train (T5X's style: the
+training function's signature says what it depends on).
 """
 
 from __future__ import annotations
@@ -14,13 +18,28 @@ from collections.abc import Sequence
 
 import samtone_jax.evaluation.run  # noqa: F401  evaluate
 import samtone_jax.evaluation.train_hook  # noqa: F401  RetrievalEval
-import samtone_jax.hard_negatives.adore_train  # noqa: F401  train_adore
-import samtone_jax.partitioning  # noqa: F401  create_mesh
 import samtone_jax.tasks  # noqa: F401  data_dir, wordnet_dir, skip_bad_records
-import samtone_jax.train  # noqa: F401  train, adafactor
-from samtone_jax import gin_utils
+from samtone_jax import gin_utils, partitioning, train
+from samtone_jax.hard_negatives import adore_train
 
 
 def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finalize: bool = True) -> None:
     """gin_utils.parse with every configurable of the project registered (see the module docstring)."""
     gin_utils.parse(gin_files, bindings, finalize=finalize)
+
+
+def train_program() -> dict:
+    """`samtone train`: train.train with its dependencies built from gin here, at the edge: the
+    model (T5Config.* / DualEncoder.*), the loss (contrastive_loss.*), the mesh (create_mesh.*) and
+    the partitioning rules (logical_rules.fsdp)."""
+    return train.train(
+        model=gin_utils.model(),
+        loss_fn=gin_utils.contrastive_loss,
+        mesh=partitioning.create_mesh(),
+        rules=partitioning.logical_rules(),
+    )
+
+
+def train_adore_program() -> dict:
+    """`samtone train-adore`: adore_train.train_adore on the gin-configured mesh."""
+    return adore_train.train_adore(mesh=partitioning.create_mesh())

@@ -50,7 +50,7 @@ def _bm25_run(query_ids, queries, doc_ids, corpus, k):
 def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_limit: int | None = None) -> int:
     """The demo; `eval_queries` / `corpus_limit` shrink the evaluation (tests), the gold
     definitions of the evaluated queries always staying in the corpus."""
-    from samtone_jax import configurables, gin_utils, inference, paths, tasks, train
+    from samtone_jax import configurables, gin_utils, inference, paths, tasks
     from samtone_jax.atomic_file import write_atomic
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
     from samtone_jax.data import vocab as vocab_lib
@@ -69,7 +69,7 @@ def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_lim
         vocab_lib.train_sentencepiece(texts, 8000, vocab_path)
         print(f"[{time.time() - start:5.0f}s] built {vocab_path} from {len(texts):,} WordNet texts")
     print(f"[{time.time() - start:5.0f}s] training (TensorBoard: {model_dir}/train)")
-    train.train()
+    configurables.train_program()
 
     # Evaluation: held-out example sentences against every definition.
     model = gin_utils.model()

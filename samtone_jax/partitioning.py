@@ -73,16 +73,17 @@ def param_shardings(mesh: Mesh, boxed_params, rules=None):
 
 
 class activation_sharding(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
-    """Trace the model with its activation constraints live (the logical rules in use and `mesh`).
+    """Trace the model with its activation constraints live (`rules`, default the gin-configured
+    ones, and `mesh`).
     jax.set_mesh must be entered outside jit: wrap the calls that trace the train step. Reusable."""
 
-    def __init__(self, mesh: Mesh):
-        self.mesh, self._stack = mesh, None
+    def __init__(self, mesh: Mesh, rules=None):
+        self.mesh, self.rules, self._stack = mesh, rules, None
 
     def __enter__(self):
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(jax.set_mesh(self.mesh))
-        self._stack.enter_context(nn.logical_axis_rules(logical_rules()))
+        self._stack.enter_context(nn.logical_axis_rules(self.rules or logical_rules()))
         return self
 
     def __exit__(self, *exc):

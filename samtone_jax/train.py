@@ -1,8 +1,8 @@
-"""The T5X-style training loop, configured by gin. Reads top to bottom:
+"""`samtone train`: the contrastive training mode, a step function and a batch source for loop.py.
 
-  mesh -> model + optimizer -> state (fresh, INIT_CHECKPOINT, or resumed from MODEL_DIR)
-  -> per-host input pipeline at the resumed position -> jitted step (GradCache optional; loss in
-  shard_map over 'data') -> logging / eval / checkpoints -> SIGTERM-safe exit.
+  model + optimizer -> state (fresh, INIT_CHECKPOINT, or resumed from MODEL_DIR by loop.run)
+  -> per-host tf.data pipeline at the resumed position -> jitted step (GradCache optional; loss in
+  shard_map over 'data') -> eval hooks (in-batch loss on a held-out split, retrieval metrics).
 
 `samtone train --gin_file=runs/demo_cpu.gin --gin.MODEL_DIR="'/tmp/run'"`.
 """
@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
-import signal
 
 import flax.linen as nn
 import gin
@@ -24,14 +22,12 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import gin_utils, grad_cache, partitioning, paths, run_lock
+from samtone_jax import grad_cache, loop, partitioning, paths
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.checkpoints import load_params
-from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
 from samtone_jax.encoding import encode_batch
 from samtone_jax.errors import BadValueError, MissingFileError
 from samtone_jax.models import init_params
-from samtone_jax.train_logging import ProgressLogger
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +77,10 @@ def adafactor(
     return tx, schedule
 
 
-def make_loss_on_embeddings(model, mesh, batch):
-    """(params, q, d, n) -> (loss, metrics): the gin-configured contrastive loss, each device
-    scoring its rows against the all-gathered columns (shard_map over 'data')."""
+def make_loss_on_embeddings(model, mesh, batch, loss_fn):
+    """(params, q, d, n) -> (loss, metrics): `loss_fn` (contrastive_loss's signature; gin binds
+    its mode at the edge), each device scoring its rows against the all-gathered columns
+    (shard_map over 'data')."""
     ids = tuple(batch.get(k) for k in ID_FEATURES)
 
     def loss(params, q, d, n):
@@ -91,9 +88,7 @@ def make_loss_on_embeddings(model, mesh, batch):
         kwargs = {} if tau is None else {"temperature": tau}
 
         def local(q, d, n, qid, did, nid):
-            return gin_utils.contrastive_loss(
-                q, d, negatives=n, query_ids=qid, doc_ids=did, negative_ids=nid, axis_name="data", **kwargs
-            )
+            return loss_fn(q, d, negatives=n, query_ids=qid, doc_ids=did, negative_ids=nid, axis_name="data", **kwargs)
 
         spec = P("data")
         return jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 6, out_specs=(P(), P()), check_vma=False)(
@@ -103,12 +98,12 @@ def make_loss_on_embeddings(model, mesh, batch):
     return loss
 
 
-def make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size: int | None):
+def make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size: int | None, loss_fn):
     num_shards = mesh.shape["data"]
 
     def step(state, batch):
         rng = jax.random.fold_in(state["rng"], state["step"])
-        loss_on_embeddings = make_loss_on_embeddings(model, mesh, batch)
+        loss_on_embeddings = make_loss_on_embeddings(model, mesh, batch, loss_fn)
         if grad_cache_chunk_size:
             (loss, metrics), grads = grad_cache.loss_and_grads(
                 model, state["params"], batch, rng, loss_on_embeddings, grad_cache_chunk_size, num_shards
@@ -128,17 +123,19 @@ def make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size: int | None
     return step
 
 
-def make_eval_step(model, mesh):
+def make_eval_step(model, mesh, loss_fn):
     def step(params, batch):
-        return make_loss_on_embeddings(model, mesh, batch)(params, *encode_batch(model, params, batch, None))[1]
+        loss_on_embeddings = make_loss_on_embeddings(model, mesh, batch, loss_fn)
+        return loss_on_embeddings(params, *encode_batch(model, params, batch, None))[1]
 
     return step
 
 
-def initial_state(model, tx, mesh, seed: int, init_checkpoint: str | None):
-    """Sharded {step, params, opt_state, rng}; params from INIT_CHECKPOINT when given."""
+def initial_state(model, tx, mesh, seed: int, init_checkpoint: str | None, rules=partitioning.DEFAULT_RULES):
+    """Sharded {step, params, opt_state, rng}; params from INIT_CHECKPOINT when given. `rules`: the
+    logical -> mesh axis rules (partitioning.FSDP_RULES shards every parameter)."""
     boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(seed)))
-    shardings = partitioning.param_shardings(mesh, boxed)
+    shardings = partitioning.param_shardings(mesh, boxed, rules)
     if init_checkpoint:
         params = _initial_params(model, init_checkpoint, nn.unbox(boxed), shardings)
         log.info("initialised parameters from %s", init_checkpoint)
@@ -196,78 +193,7 @@ def _keep_vocabulary(vocabulary: str | None, model_dir) -> None:
     write_atomic(target, source.read_bytes())
 
 
-def _install_stop_flag():
-    """SIGTERM (TPU preemption) and Ctrl-C (SIGINT) stop the run at a step boundary: it checkpoints
-    there and exits 0. A second Ctrl-C interrupts at once. Returns (should_stop(step), restore).
-
-    One process: a flag the handlers set. Several (jax.distributed): every process must stop at the
-    same step, or the collective checkpoint waits for the ones still training. SIGTERM is left to
-    JAX's preemption service, which hears it on any host, tells the others and agrees on the first
-    step all of them can reach (multihost_utils.reached_preemption_sync_point, T5X's protocol); a
-    Ctrl-C is turned into a SIGTERM of this process so it takes the same route."""
-    flag = {"set": False}
-    several = jax.process_count() > 1
-
-    def handler(signum, frame):
-        name = signal.Signals(signum).name
-        if flag["set"] and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        log.warning(
-            "%s received: checkpointing at the next step boundary, then exiting%s",
-            name,
-            " (Ctrl-C again to stop now, without a checkpoint)" if signum == signal.SIGINT else "",
-        )
-        flag["set"] = True
-        if several:
-            os.kill(os.getpid(), signal.SIGTERM)  # JAX's preemption notifier tells every process
-
-    signals = (signal.SIGINT,) if several else (signal.SIGTERM, signal.SIGINT)
-    previous = {s: signal.signal(s, handler) for s in signals}
-
-    def should_stop(step: int) -> bool:
-        if several:
-            from jax.experimental import multihost_utils
-
-            return multihost_utils.reached_preemption_sync_point(step)
-        return flag["set"]
-
-    def restore() -> None:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-    return should_stop, restore
-
-
-def _check_existing_run(model_dir, model, train_steps: int) -> None:
-    """Refuse, before anything is written, to continue a run in MODEL_DIR that this config cannot
-    continue: another model (its config.gin says), or a run already past train.train_steps."""
-    from samtone_jax import inference
-
-    steps = inference.checkpoint_steps(model_dir)
-    config = model_dir / "config.gin"
-    if not steps:
-        return
-    if config.exists():
-        saved = gin_utils.model_from_gin_text(config.read_text())
-        ours, theirs = gin_utils.model_gin(model).splitlines(), gin_utils.model_gin(saved).splitlines()
-        differ = [
-            f"{a.split(' = ')[0]}: {b.split(' = ', 1)[1]} in its config.gin, {a.split(' = ', 1)[1]} here"
-            for a, b in zip(ours, theirs, strict=True)
-            if a != b
-        ]
-        if differ:
-            raise BadValueError(
-                f"{model_dir} holds a run of another model ({'; '.join(differ)}): resume it with its own gin "
-                "files (MODEL_DIR/config.gin), or train this model in another MODEL_DIR"
-            )
-    if steps[-1] > train_steps:
-        raise BadValueError(
-            f"{model_dir} already holds step {steps[-1]}, past train.train_steps = {train_steps}: nothing to train "
-            "(raise TRAIN_STEPS to continue it, or use another MODEL_DIR)"
-        )
-
-
-@gin.configurable
+@gin.configurable(denylist=["model", "loss_fn", "mesh", "rules"])
 def train(
     model_dir: str = gin.REQUIRED,
     task: str = gin.REQUIRED,
@@ -293,8 +219,16 @@ def train(
     shuffle_block_size: int = 1,
     id_masking: bool = True,
     on_corrupt_checkpoint: str = "fallback",
+    *,
+    model,
+    loss_fn,
+    mesh,
+    rules=partitioning.DEFAULT_RULES,
 ) -> dict:
-    """Train until `train_steps` (resuming from MODEL_DIR); returns the last logged metrics.
+    """Train `model` with `loss_fn` on `mesh` until `train_steps` (resuming from MODEL_DIR); returns
+    the last logged metrics. The program (configurables.train_program, what `samtone train` runs)
+    passes the gin-configured model, loss, mesh and partitioning rules; everything else is gin's
+    `train.*`. The loop itself (resume, checkpoints, SIGTERM, logging, eval hooks) is loop.py's.
 
     batch_size is the *global* batch: each of the jax.process_count() hosts feeds batch_size /
     process_count examples (its own shard of the data). Every `eval_every` steps: in-batch loss
@@ -313,8 +247,9 @@ def train(
     'fallback' resumes from the newest readable checkpoint when the latest is unreadable (warning,
     the unreadable one deleted so its step can be saved again); 'fail' stops instead.
     """
-    if on_corrupt_checkpoint not in ("fallback", "fail"):
-        raise BadValueError(f"train.on_corrupt_checkpoint = {on_corrupt_checkpoint!r}: use 'fallback' or 'fail'")
+    schedule = loop.Schedule(
+        train_steps, batch_size, checkpoint_every, keep_checkpoints, log_every, eval_every, on_corrupt_checkpoint
+    )
     if eval_every and not (eval_split or retrieval_eval_task):
         raise BadValueError(
             "train.eval_every is set but neither train.eval_split nor train.retrieval_eval_task is: name a held-out "
@@ -324,31 +259,19 @@ def train(
         raise BadValueError(
             "train.eval_split / train.retrieval_eval_task need train.eval_every > 0 (how often to evaluate)"
         )
-    model = gin_utils.model()
-    tx, schedule = adafactor(train_steps=train_steps)
-    mesh = partitioning.create_mesh()
+    tx, lr_schedule = adafactor(train_steps=train_steps)
     hosts, host = jax.process_count(), jax.process_index()
     if batch_size % mesh.shape["data"] or batch_size % hosts:
         raise BadValueError(
             f"BATCH_SIZE={batch_size} must be divisible by the {mesh.shape['data']} data-parallel devices "
             f"of the {hosts} host(s)"
         )
-    paths.check_bucket(model_dir, "train.model_dir")
-    model_dir = paths.as_path(model_dir)  # local: absolute (orbax needs it); gs://: as given
-    _check_existing_run(model_dir, model, train_steps)  # before anything is written
     from samtone_jax.data import pipeline
     from samtone_jax.tasks import registration
 
-    with run_lock.held_by_process_0(model_dir, host, hosts):
+    with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if host == 0:
-            write_atomic(model_dir / "config.gin", gin.config_str())
             _keep_vocabulary(vocabulary, model_dir)
-        checkpointer = TrainCheckpointer(model_dir / "checkpoints", checkpoint_every, keep_checkpoints)
-        state = initial_state(model, tx, mesh, seed, init_checkpoint if checkpointer.latest_step() is None else None)
-        state, start = checkpointer.restore_latest(state, on_corrupt=on_corrupt_checkpoint)
-        if start:
-            log.info("resumed from step %d in %s", start, checkpointer.directory)
-
         registration.register(vocabulary, num_negatives)
         dataset = functools.partial(
             pipeline.train_dataset,
@@ -362,11 +285,30 @@ def train(
             data_shards=data_shards,
             shuffle_block_size=shuffle_block_size,
         )
-        batches = dataset(task, split, start_batch=start).as_numpy_iterator()
 
-        step_fn = jax.jit(make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size), donate_argnums=0)
-        eval_fn = jax.jit(make_eval_step(model, mesh)) if eval_split else None
-        retrieval_eval = None
+        def init_state(fresh: bool):
+            return initial_state(model, tx, mesh, seed, init_checkpoint if fresh else None, rules)
+
+        def batches(start: int):
+            for batch in dataset(task, split, start_batch=start).as_numpy_iterator():
+                yield partitioning.host_to_global(mesh, model_features(batch, id_masking))
+
+        step_fn = jax.jit(
+            make_train_step(model, tx, lr_schedule, mesh, grad_cache_chunk_size, loss_fn), donate_argnums=0
+        )
+        fsdp = rules == partitioning.FSDP_RULES
+        activations = partitioning.activation_sharding(mesh, rules) if fsdp else contextlib.nullcontext()
+
+        def step(state, batch):
+            with activations:  # FSDP: the activation constraints, traced on the first call
+                return step_fn(state, batch)
+
+        evaluators = []
+        if eval_split:
+            eval_fn = jax.jit(make_eval_step(model, mesh, loss_fn))
+            evaluators.append(
+                lambda state: _evaluate(eval_fn, state, dataset, task, eval_split, mesh, eval_batches, id_masking)
+            )
         if retrieval_eval_task:
             from samtone_jax.data import vocab as vocab_lib
             from samtone_jax.evaluation.train_hook import RetrievalEval
@@ -380,41 +322,14 @@ def train(
                 query_length,
                 doc_length,
             )
-        progress = ProgressLogger(model_dir, train_steps, batch_size, log_every, checkpointer, start_step=start)
-        should_stop, restore_signal_handlers = _install_stop_flag()
-        fsdp = partitioning.logical_rules() == partitioning.FSDP_RULES
-        activations = partitioning.activation_sharding(mesh) if fsdp else contextlib.nullcontext()
-        metrics = {}
-        try:
-            for step in range(start, train_steps):
-                batch = partitioning.host_to_global(mesh, model_features(next(batches), id_masking))
-                with activations:  # FSDP: trace with the activation constraints (first call)
-                    state, step_metrics = step_fn(state, batch)
-                progress.record(step + 1, step_metrics)  # raises on a non-finite loss, naming the checkpoint
-                checkpointer.maybe_save(step + 1, state)
-                if eval_every and (step + 1) % eval_every == 0:
-                    results = {}
-                    if eval_fn:
-                        results.update(
-                            _evaluate(eval_fn, state, dataset, task, eval_split, mesh, eval_batches, id_masking)
-                        )
-                    if retrieval_eval:
-                        results.update(retrieval_eval(state["params"]))
-                    progress.write_eval(step + 1, results)
-                if should_stop(step + 1):
-                    checkpointer.save(step + 1, state, force=True)
-                    log.warning("preempted: saved step %d; rerun the same command to resume", step + 1)
-                    break
-            else:
-                checkpointer.save(train_steps, state, force=True)
-            metrics = progress.last
-            if host == 0:  # what the run actually used, as T5X writes it
-                write_atomic(model_dir / "operative_config.gin", gin.operative_config_str())
-        finally:
-            checkpointer.close()
-            progress.close()
-            restore_signal_handlers()
-        return metrics
+            evaluators.append(lambda state: retrieval_eval(state["params"]))
+
+        def evaluate(state):
+            return {k: v for evaluator in evaluators for k, v in evaluator(state).items()}
+
+        return loop.run(
+            model_dir, schedule, init_state=init_state, batches=batches, step=step, evaluate=evaluators and evaluate
+        )
 
 
 def _evaluate(eval_fn, state, dataset, task, split, mesh, num_batches, id_masking):

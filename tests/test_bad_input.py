@@ -249,9 +249,9 @@ def test_10_the_lock_on_a_bucket_uses_generation_preconditions(gcs):
 
 # 13. Ctrl-C checkpoints like SIGTERM (a flag the loop checks); a second Ctrl-C interrupts at once.
 def test_13_ctrl_c_sets_the_checkpoint_flag_and_a_second_one_interrupts():
-    from samtone_jax import train
+    from samtone_jax import loop
 
-    should_stop, restore = train._install_stop_flag()
+    should_stop, restore = loop.install_stop_flag()
     try:
         assert not should_stop(1)
         os.kill(os.getpid(), signal.SIGINT)

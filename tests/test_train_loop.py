@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import TEST_XLA_FLAGS
 
-from samtone_jax import configurables, paths, train
+from samtone_jax import configurables, paths
 from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
 # The step slowed down from outside, so a signal can land mid-run (test instrumentation only).
@@ -304,7 +304,7 @@ def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, squad_dev):
             "train.retrieval_eval_split = 'test'",
         ],
     )
-    train.train()
+    configurables.train_program()
     hook = _series(tmp_path / "run" / "eval", "eval/retrieval/RR")
     assert len(hook) == 2  # steps 60 and 120
     configurables.parse([], [f"evaluate.model_dir = '{tmp_path / 'run'}'", "evaluate.task = 'multireqa_squad_dev'"])

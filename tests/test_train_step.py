@@ -37,14 +37,14 @@ def gin_tiny():
     return gin_utils.model()
 
 
-def _one_step(model, mesh, batch, chunk=None, repeats=1):
+def _one_step(model, mesh, batch, chunk=None, repeats=1, rules=partitioning.DEFAULT_RULES):
     """The parameters and metrics after one step from the initial state; with `repeats` > 1 the
     compiled step runs that many times in all, each giving the same loss."""
     tx, schedule = train.adafactor(learning_rate=1e-2, train_steps=10)
-    state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
-    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk))
+    state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None, rules=rules)
+    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk, gin_utils.contrastive_loss))
     batch = partitioning.host_to_global(mesh, batch)
-    with partitioning.activation_sharding(mesh):  # the activation constraints live, as train() under FSDP
+    with partitioning.activation_sharding(mesh, rules):  # the activation constraints live, as train() under FSDP
         new_state, metrics = step(state, batch)
         for _ in range(repeats - 1):
             np.testing.assert_array_equal(jax.device_get(step(state, batch)[1]["loss"]), metrics["loss"])
@@ -78,7 +78,7 @@ def _grads(model, mesh, batch, chunk):
     shards = mesh.shape["data"]
 
     def run(params, batch):
-        loss_fn = train.make_loss_on_embeddings(model, mesh, batch)
+        loss_fn = train.make_loss_on_embeddings(model, mesh, batch, gin_utils.contrastive_loss)
         if chunk:
             return grad_cache.loss_and_grads(model, params, batch, rng, loss_fn, chunk, shards)
         return jax.value_and_grad(lambda p: loss_fn(p, *encode_batch(model, p, batch, rng)), has_aux=True)(params)
@@ -179,25 +179,15 @@ def test_non_finite_loss_stops_with_the_step_range_and_last_checkpoint(tmp_path)
 
 @pytest.mark.slow
 def test_fsdp_shards_parameters_and_takes_the_same_step(gin_tiny):
-    """gin logical_rules.fsdp = True: every parameter's embed dimension split over the 8 data devices,
-    and the step (loss, updated parameters) equals the replicated one."""
+    """partitioning.FSDP_RULES (gin logical_rules.fsdp = True): every parameter's embed dimension
+    split over the 8 data devices, and the step (loss, updated parameters) equals the replicated one."""
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
     mesh = partitioning.create_mesh()
     batch = _batch(k=1)
     replicated_params, replicated = _one_step(gin_tiny, mesh, batch)
-    configurables.parse(
-        ["models/t5_1_1_tiny.gin", "architectures/ade_spl.gin", "losses/samtone_both.gin"],
-        [
-            "VOCAB_SIZE = 97",
-            "DROPOUT_RATE = 0.1",
-            "PROJECTION_DIM = 16",
-            "TEMPERATURE = 0.05",
-            "logical_rules.fsdp = True",
-        ],
-    )
     tx, _ = train.adafactor(learning_rate=1e-2, train_steps=10)
-    state = train.initial_state(gin_tiny, tx, mesh, seed=0, init_checkpoint=None)
+    state = train.initial_state(gin_tiny, tx, mesh, seed=0, init_checkpoint=None, rules=partitioning.FSDP_RULES)
     scale = state["params"]["query_encoder"]["encoder_norm"]["scale"]
     assert scale.addressable_shards[0].data.shape == (32 // 8,)  # emb_dim 32 over 8 devices
     kernel = state["params"]["query_encoder"]["layers_0"]["mlp"]["wo"]
@@ -205,7 +195,7 @@ def test_fsdp_shards_parameters_and_takes_the_same_step(gin_tiny):
     # An unfactored Adafactor statistic (attention kernel [embed 32, heads 4, kv 8]) is sharded too.
     stats = [x for x in jax.tree_util.tree_leaves(state["opt_state"]) if x.shape == (32, 4, 8)]
     assert stats and all(x.addressable_shards[0].data.shape == (4, 4, 8) for x in stats)
-    fsdp_params, fsdp = _one_step(gin_tiny, mesh, batch)
+    fsdp_params, fsdp = _one_step(gin_tiny, mesh, batch, rules=partitioning.FSDP_RULES)
     np.testing.assert_allclose(fsdp["loss"], replicated["loss"], rtol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(fsdp_params), jax.tree_util.tree_leaves(replicated_params), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
@@ -230,13 +220,13 @@ def test_scan_remat_and_grad_cache_under_fsdp_take_the_same_step():
     ]
     configurables.parse(files, common)
     reference_params, reference = _one_step(gin_utils.model(), mesh, batch)
-    configurables.parse(files, [*common, "logical_rules.fsdp = True", "T5Config.remat = True"])
-    model = gin_utils.model()
+    base = gin_utils.model()
+    model = base.clone(config=dataclasses.replace(base.config, remat=True))
     assert model.config.remat and model.config.scan_layers
     # Run 20 times: XLA:CPU's concurrency-optimised scheduler let the 8 devices start the layers'
     # FSDP all-gathers in different orders and hang (3 of 3 runs, within 2 executions);
     # samtone_jax turns it off on import (xla_cpu_flags).
-    params, metrics = _one_step(model, mesh, batch, chunk=2, repeats=20)
+    params, metrics = _one_step(model, mesh, batch, chunk=2, repeats=20, rules=partitioning.FSDP_RULES)
     np.testing.assert_allclose(metrics["loss"], reference["loss"], rtol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(reference_params), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
@@ -254,7 +244,7 @@ def test_id_masking_off_makes_duplicates_negatives(gin_tiny):
     metrics = {}
     for name, features in (("masked", with_ids), ("unmasked", without)):
         batch = partitioning.host_to_global(mesh, features)
-        loss_fn = train.make_loss_on_embeddings(gin_tiny, mesh, batch)
+        loss_fn = train.make_loss_on_embeddings(gin_tiny, mesh, batch, gin_utils.contrastive_loss)
         metrics[name] = jax.device_get(loss_fn(params, *encode_batch(gin_tiny, params, batch, None))[1])
     assert metrics["masked"]["masked_fraction"] > 0 and metrics["unmasked"]["masked_fraction"] == 0
     assert abs(float(metrics["masked"]["loss"]) - float(metrics["unmasked"]["loss"])) > 1e-4

@@ -5,7 +5,8 @@
          document tower + projection frozen (the init's document side, which builds the index)
       -> index: the task's corpus encoded once (resumable shards in MODEL_DIR/index), sharded on
          the mesh's 'data' axis in float32, bfloat16 or int8 (+ per-row scale)
-      -> per step: samtone_jax.hard_negatives.adore (retrieve on device, ΔMRR-weighted RankNet)
+      -> per step: samtone_jax.hard_negatives.adore (retrieve on device, ΔMRR-weighted RankNet),
+         run by loop.py like every training mode (lock, resume, SIGTERM, non-finite stop)
 
 MODEL_DIR is an ordinary run directory (config.gin, checkpoints/, vocab.model, TensorBoard), so
 `samtone eval`, `samtone export` and `samtone_jax.load` work on it unchanged.
@@ -13,6 +14,7 @@ MODEL_DIR is an ordinary run directory (config.gin, checkpoints/, vocab.model, T
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import gin
@@ -23,7 +25,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import partitioning, paths
+from samtone_jax import gin_utils, loop, partitioning
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.errors import BadValueError
 from samtone_jax.hard_negatives.adore import adore_loss_local
@@ -106,7 +108,68 @@ def _training_queries(collection, vocabulary, length, max_positives):
     return tokens, np.array([g for _, g in rows], np.int32), doc_ids
 
 
-@gin.configurable
+def _index_on_mesh(embeddings: np.ndarray, index_dtype: str, mesh, chunk_size: int):
+    """(index [rows, P], scale [rows], n real rows, chunk): the quantised index zero-padded to whole
+    chunks on every device and sharded over 'data' (scale 1 for unquantised dtypes and padding)."""
+    devices = mesh.shape["data"]
+    stored, scale = quantize_index(embeddings, index_dtype)
+    n = len(stored)
+    chunk = min(chunk_size, -(-n // devices))
+    rows = -(-n // (devices * chunk)) * devices * chunk
+    stored = np.concatenate([stored, np.zeros((rows - n, stored.shape[1]), stored.dtype)])
+    scale = np.ones(rows, np.float32) if scale is None else np.concatenate([scale, np.ones(rows - n, np.float32)])
+    sharded = NamedSharding(mesh, P("data"))
+    return jax.device_put(stored, sharded), jax.device_put(scale, sharded), n, chunk
+
+
+def _frozen_document_side(optimizer, params):
+    """The optimizer on the query side; the document side stays what built the index: no update, no
+    optimizer state. (A concrete label tree, not a function: optax.tree_map_params traces the
+    optimizer's init with placeholders.)"""
+    labels = {
+        key: jax.tree_util.tree_map(lambda _, key=key: "frozen" if key in FROZEN else "train", value)
+        for key, value in params.items()
+    }
+    return optax.multi_transform({"train": optimizer, "frozen": optax.set_to_zero()}, labels)
+
+
+def _query_batches(tokens, positives, batch_size: int, seed: int, mesh):
+    """batches(start): global batches of steps start, start + 1, ...; epoch e visits the queries in
+    the order seeded by (seed, e), so a resumed run sees the batches the uninterrupted one would."""
+    per_epoch = len(tokens) // batch_size
+
+    def batches(start: int):
+        for step in itertools.count(start):
+            epoch, position = divmod(step, per_epoch)
+            rows = np.random.default_rng([seed, epoch]).permutation(len(tokens))
+            rows = rows[position * batch_size : (position + 1) * batch_size]
+            rows = rows.reshape(jax.process_count(), -1)[jax.process_index()]  # this host's block
+            yield partitioning.host_to_global(mesh, {"tokens": tokens[rows], "positives": positives[rows]})
+
+    return batches
+
+
+def _config_text(model, source, task, batch_size, train_steps, k, metric_cut, temperature) -> str:
+    """config.gin: the ADE's model bindings (what eval / export / load read), its lengths, and how it
+    was made."""
+    return (
+        gin_utils.model_gin(model)
+        + "\n".join(
+            [
+                f"train.query_length = {source.query_length}",
+                f"train.doc_length = {source.doc_length}",
+                f"train.task = {task!r}",
+                f"train.batch_size = {batch_size}",
+                f"train.train_steps = {train_steps}",
+                f"# ADORE from {source.source} step {source.step}: "
+                f"k = {k}, metric_cut = {metric_cut}, τ = {temperature}",
+            ]
+        )
+        + "\n"
+    )
+
+
+@gin.configurable(denylist=["mesh"])
 def train_adore(
     model_dir: str = gin.REQUIRED,
     init_checkpoint: str = gin.REQUIRED,
@@ -127,121 +190,103 @@ def train_adore(
     eval_every: int = 0,
     retrieval_eval_task: str | None = None,
     retrieval_eval_split: str = "test",
+    on_corrupt_checkpoint: str = "fallback",
+    *,
+    mesh,
 ) -> dict:
-    """ADORE from `init_checkpoint` for `train_steps` (resumes from MODEL_DIR); returns the last metrics."""
-    from samtone_jax import gin_utils, inference, tasks
-    from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
+    """ADORE from `init_checkpoint` for `train_steps` on `mesh` (resumes from MODEL_DIR; the loop,
+    with its lock, SIGTERM, checkpoints and non-finite stop, is loop.py's); returns the last metrics."""
+    from samtone_jax import inference, tasks
     from samtone_jax.evaluation.run import embed
     from samtone_jax.train import adafactor
-    from samtone_jax.train_logging import ProgressLogger
 
-    mesh = partitioning.create_mesh()
-    devices = mesh.shape["data"]
-    if batch_size % devices:
-        raise BadValueError(f"train_adore.batch_size={batch_size} must be divisible by the {devices} data devices")
-    paths.check_bucket(model_dir, "train_adore.model_dir")
-    model_dir = paths.as_path(model_dir)
+    schedule = loop.Schedule(
+        train_steps,
+        batch_size,
+        checkpoint_every,
+        keep_checkpoints,
+        log_every,
+        eval_every,
+        on_corrupt_checkpoint,
+        gin_name="train_adore",
+    )
+    if index_dtype not in INDEX_DTYPES:
+        raise BadValueError(f"train_adore.index_dtype={index_dtype!r}: choose one of {INDEX_DTYPES}")
+    devices, hosts = mesh.shape["data"], jax.process_count()
+    if batch_size % devices or batch_size % hosts:
+        raise BadValueError(
+            f"train_adore.batch_size={batch_size} must be divisible by the {devices} data devices of the {hosts} "
+            "host(s)"
+        )
+    if eval_every and not retrieval_eval_task:
+        raise BadValueError("train_adore.eval_every is set but train_adore.retrieval_eval_task is not: name a task")
     source = inference.load(init_checkpoint, mesh=partitioning.create_mesh(devices=jax.local_devices()))
     model = DualEncoder(
         config=source.model.config, architecture="ade", projection_dim=int(source.encode_queries(["x"]).shape[1])
     )
-    if jax.process_index() == 0:  # one writer of the shared files
-        write_atomic(model_dir / "vocab.model", source.vocabulary.sp_model)
-        write_atomic(
-            model_dir / "config.gin",
-            gin_utils.model_gin(model)
-            + "\n".join(
-                [
-                    f"train.query_length = {source.query_length}",
-                    f"train.doc_length = {source.doc_length}",
-                    f"train.task = {task!r}",
-                    f"train.batch_size = {batch_size}",
-                    f"train.train_steps = {train_steps}",
-                    f"# ADORE from {source.source} step {source.step}: "
-                    f"k = {k}, metric_cut = {metric_cut}, τ = {temperature}",
-                ]
-            )
-            + "\n",
-        )
-
     collection = tasks.load(task, split)
     tokens, positives, doc_ids = _training_queries(collection, source.vocabulary, source.query_length, max_positives)
-    ids, embeddings = embed(source, collection.corpus, "document", str(model_dir / "index"))
-    assert ids == doc_ids
-    stored, scale = quantize_index(embeddings, index_dtype)
-    n = len(stored)
-    chunk = min(chunk_size, -(-n // devices))
-    rows = -(-n // (devices * chunk)) * devices * chunk
-    stored = np.concatenate([stored, np.zeros((rows - n, stored.shape[1]), stored.dtype)])
-    scale = np.ones(rows, np.float32) if scale is None else np.concatenate([scale, np.ones(rows - n, np.float32)])
-    sharded = NamedSharding(mesh, P("data"))
-    index, scale = jax.device_put(stored, sharded), jax.device_put(scale, sharded)
-
-    schedule_tx, schedule = adafactor(train_steps=train_steps)
-
-    boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
-    params = jax.device_put(
-        ade_params(source.architecture, jax.device_get(source.params)), partitioning.param_shardings(mesh, boxed)
-    )
-    # The document side stays what built the index: no update, no optimizer state. (A concrete label
-    # tree, not a function: optax.tree_map_params traces the optimizer's init with placeholders.)
-    labels = {
-        key: jax.tree_util.tree_map(lambda _, key=key: "frozen" if key in FROZEN else "train", value)
-        for key, value in params.items()
-    }
-    tx = optax.multi_transform({"train": schedule_tx, "frozen": optax.set_to_zero()}, labels)
-    replicated = NamedSharding(mesh, P())
-    state = {
-        "step": jax.device_put(jnp.zeros((), jnp.int32), replicated),
-        "params": params,
-        "opt_state": partitioning.init_optimizer_state(tx, params, mesh),
-        "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed)), replicated),
-    }
-    checkpointer = TrainCheckpointer(model_dir / "checkpoints", checkpoint_every, keep_checkpoints)
-    state, start = checkpointer.restore_latest(state)
-    adore_step = make_adore_step(
-        model,
-        tx,
-        mesh,
-        k=min(k, n),
-        metric_cut=metric_cut,
-        temperature=temperature,
-        n=n,
-        chunk_size=chunk,
-        has_scale=index_dtype == "int8",
-    )
-    step_fn = jax.jit(adore_step, donate_argnums=0)
-    retrieval_eval = None
-    if retrieval_eval_task:
-        from samtone_jax.evaluation.train_hook import RetrievalEval
-
-        retrieval_eval = RetrievalEval(
-            model,
-            mesh,
-            source.vocabulary,
-            retrieval_eval_task,
-            retrieval_eval_split,
-            source.query_length,
-            source.doc_length,
+    if len(tokens) < batch_size:
+        raise BadValueError(
+            f"{task}/{split} has {len(tokens)} training queries with a relevant document, fewer than "
+            f"train_adore.batch_size={batch_size}"
         )
-    progress = ProgressLogger(model_dir, train_steps, batch_size, log_every, checkpointer)
-    per_epoch = len(tokens) // batch_size
-    if per_epoch == 0:
-        raise BadValueError(f"{task}/{split} has {len(tokens)} training queries, fewer than batch_size={batch_size}")
-    try:
-        for step in range(start, train_steps):
-            epoch, position = divmod(step, per_epoch)  # epoch e's order is seeded by (seed, e): resumable
-            perm = np.random.default_rng([seed, epoch]).permutation(len(tokens))
-            rows_now = perm[position * batch_size : (position + 1) * batch_size]
-            rows_now = rows_now.reshape(jax.process_count(), -1)[jax.process_index()]  # this host's block
-            batch = partitioning.host_to_global(mesh, {"tokens": tokens[rows_now], "positives": positives[rows_now]})
-            state, metrics = step_fn(state, batch["tokens"], batch["positives"], index, scale)
-            progress.record(step + 1, metrics)
-            checkpointer.maybe_save(step + 1, state)
-            if retrieval_eval and eval_every and (step + 1) % eval_every == 0:
-                progress.write_eval(step + 1, retrieval_eval(state["params"]))
-        checkpointer.save(train_steps, state, force=True)
-    finally:
-        checkpointer.close()
-        progress.close()
-    return progress.last
+    config = _config_text(model, source, task, batch_size, train_steps, k, metric_cut, temperature)
+    with loop.run_directory(model_dir, model, schedule, config) as model_dir:
+        if jax.process_index() == 0:
+            write_atomic(model_dir / "vocab.model", source.vocabulary.sp_model)
+        ids, embeddings = embed(source, collection.corpus, "document", str(model_dir / "index"))
+        if ids != doc_ids:
+            raise BadValueError(f"{model_dir / 'index'} holds other documents than {task}/{split}: delete it")
+        index, scale, n, chunk = _index_on_mesh(embeddings, index_dtype, mesh, chunk_size)
+        boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
+        params = jax.device_put(
+            ade_params(source.architecture, source.params), partitioning.param_shardings(mesh, boxed)
+        )
+        tx = _frozen_document_side(adafactor(train_steps=train_steps)[0], params)
+
+        def init_state(fresh: bool):
+            replicated = NamedSharding(mesh, P())
+            return {
+                "step": jax.device_put(jnp.zeros((), jnp.int32), replicated),
+                "params": params,
+                "opt_state": partitioning.init_optimizer_state(tx, params, mesh),
+            }
+
+        adore_step = jax.jit(
+            make_adore_step(
+                model,
+                tx,
+                mesh,
+                k=min(k, n),
+                metric_cut=metric_cut,
+                temperature=temperature,
+                n=n,
+                chunk_size=chunk,
+                has_scale=index_dtype == "int8",
+            ),
+            donate_argnums=0,
+        )
+
+        def step(state, batch):
+            return adore_step(state, batch["tokens"], batch["positives"], index, scale)
+
+        evaluate = None
+        if retrieval_eval_task:
+            from samtone_jax.evaluation.train_hook import RetrievalEval
+
+            retrieval_eval = RetrievalEval(
+                model,
+                mesh,
+                source.vocabulary,
+                retrieval_eval_task,
+                retrieval_eval_split,
+                source.query_length,
+                source.doc_length,
+            )
+
+            def evaluate(state):
+                return retrieval_eval(state["params"])
+
+        batches = _query_batches(tokens, positives, batch_size, seed, mesh)
+        return loop.run(model_dir, schedule, init_state=init_state, batches=batches, step=step, evaluate=evaluate)

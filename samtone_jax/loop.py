@@ -1,0 +1,197 @@
+"""The training loop every mode shares. A mode (`samtone train`, `samtone train-adore`, the ones to
+come) is a step function and a batch source; everything else is written here, once:
+
+  run_directory()   refuse a MODEL_DIR this config cannot continue (another model, or a run past
+                    its steps) before anything is written -> hold its lock (run_lock.py) -> write
+                    config.gin (process 0)
+  run()             state: fresh, or the newest readable checkpoint -> batches from that step ->
+                    per step: logging and the non-finite stop (train_logging.py), checkpoints,
+                    eval hooks, SIGTERM / Ctrl-C at the step boundary -> final checkpoint ->
+                    operative_config.gin (what the run used, as T5X writes it)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterator
+
+import gin
+import jax
+
+from samtone_jax import gin_utils, paths, run_lock
+from samtone_jax.atomic_file import write_atomic
+from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
+from samtone_jax.errors import BadValueError
+from samtone_jax.train_logging import ProgressLogger
+
+log = logging.getLogger(__name__)
+
+State = dict
+Metrics = dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How long a run is and how often it logs, evaluates and checkpoints. `global_batch` is for
+    the examples/s figure; `on_corrupt_checkpoint` 'fallback' resumes from the newest readable
+    checkpoint when the latest is unreadable (it is moved aside), 'fail' stops instead."""
+
+    train_steps: int
+    global_batch: int
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 3
+    log_every: int = 100
+    eval_every: int = 0
+    on_corrupt_checkpoint: str = "fallback"
+    gin_name: str = "train"  # the configurable whose settings these are (named in errors)
+
+    def __post_init__(self):
+        if self.on_corrupt_checkpoint not in ("fallback", "fail"):
+            raise BadValueError(
+                f"{self.gin_name}.on_corrupt_checkpoint = {self.on_corrupt_checkpoint!r}: use 'fallback' or 'fail'"
+            )
+        for name in ("train_steps", "global_batch", "checkpoint_every", "keep_checkpoints", "log_every"):
+            if getattr(self, name) < 1:
+                raise BadValueError(f"{self.gin_name}.{name} = {getattr(self, name)}: must be ≥ 1")
+        if self.eval_every < 0:
+            raise BadValueError(f"{self.gin_name}.eval_every = {self.eval_every}: must be ≥ 0 (0: no evaluation)")
+
+
+@contextlib.contextmanager
+def run_directory(model_dir: str, model, schedule: Schedule, config_text: str) -> Iterator:
+    """MODEL_DIR (an epath: local absolute, or gs://) held by this run for the `with` body."""
+    paths.check_bucket(model_dir, f"{schedule.gin_name}.model_dir")
+    model_dir = paths.as_path(model_dir)  # local: absolute (orbax needs it); gs://: as given
+    check_existing_run(model_dir, model, schedule.train_steps, schedule.gin_name)
+    host = jax.process_index()
+    with run_lock.held_by_process_0(model_dir, host, jax.process_count()):
+        if host == 0:
+            write_atomic(model_dir / "config.gin", config_text)
+        yield model_dir
+
+
+def run(
+    model_dir,
+    schedule: Schedule,
+    *,
+    init_state: Callable[[bool], State],
+    batches: Callable[[int], Iterator],
+    step: Callable[[State, object], tuple[State, Metrics]],
+    evaluate: Callable[[State], Metrics] | None = None,
+) -> Metrics:
+    """Train from the latest checkpoint in MODEL_DIR/checkpoints to `schedule.train_steps`; returns
+    the last logged metrics (means over the last `log_every` steps).
+
+    init_state(fresh): the state to start from, or (fresh False) the abstract target a checkpoint is
+    restored into; fresh is True when MODEL_DIR has no checkpoint yet (use INIT_CHECKPOINT then).
+    batches(start): an iterator of the batches of steps start, start + 1, ... (resumable: it must
+    give the batches the uninterrupted run would have seen). step(state, batch) -> (state, metrics
+    with at least 'loss' and 'accuracy', left on device). evaluate(state) -> metrics, every
+    `eval_every` steps.
+    """
+    with contextlib.ExitStack() as cleanup:
+        should_stop, restore_signal_handlers = install_stop_flag()
+        cleanup.callback(restore_signal_handlers)
+        checkpointer = TrainCheckpointer(
+            model_dir / "checkpoints", schedule.checkpoint_every, schedule.keep_checkpoints
+        )
+        cleanup.callback(checkpointer.close)  # last: waits for a save in flight
+        state = init_state(checkpointer.latest_step() is None)
+        state, start = checkpointer.restore_latest(state, on_corrupt=schedule.on_corrupt_checkpoint)
+        if start:
+            log.info("resumed from step %d in %s", start, checkpointer.directory)
+        source = batches(start)
+        progress = ProgressLogger(
+            model_dir, schedule.train_steps, schedule.global_batch, schedule.log_every, checkpointer, start_step=start
+        )
+        cleanup.callback(progress.close)  # flushes the metrics still on device
+        for number in range(start + 1, schedule.train_steps + 1):
+            state, metrics = step(state, next(source))
+            progress.record(number, metrics)  # raises on a non-finite loss, naming the last good checkpoint
+            checkpointer.maybe_save(number, state)
+            if evaluate and schedule.eval_every and number % schedule.eval_every == 0:
+                progress.write_eval(number, evaluate(state))
+            if should_stop(number) and number < schedule.train_steps:
+                checkpointer.save(number, state, force=True)
+                log.warning("preempted: saved step %d; rerun the same command to resume", number)
+                break
+        else:
+            checkpointer.save(schedule.train_steps, state, force=True)
+        if jax.process_index() == 0:
+            write_atomic(paths.as_path(model_dir) / "operative_config.gin", gin.operative_config_str())
+    return progress.last
+
+
+def install_stop_flag():
+    """SIGTERM (TPU preemption) and Ctrl-C (SIGINT) stop the run at a step boundary: it checkpoints
+    there and exits 0. A second Ctrl-C interrupts at once. Returns (should_stop(step), restore).
+
+    One process: a flag the handlers set. Several (jax.distributed): every process must stop at the
+    same step, or the collective checkpoint waits for the ones still training. SIGTERM is left to
+    JAX's preemption service, which hears it on any host, tells the others and agrees on the first
+    step all of them can reach (multihost_utils.reached_preemption_sync_point, T5X's protocol); a
+    Ctrl-C is turned into a SIGTERM of this process so it takes the same route."""
+    flag = {"set": False}
+    several = jax.process_count() > 1
+
+    def handler(signum, frame):
+        name = signal.Signals(signum).name
+        if flag["set"] and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        log.warning(
+            "%s received: checkpointing at the next step boundary, then exiting%s",
+            name,
+            " (Ctrl-C again to stop now, without a checkpoint)" if signum == signal.SIGINT else "",
+        )
+        flag["set"] = True
+        if several:
+            os.kill(os.getpid(), signal.SIGTERM)  # JAX's preemption notifier tells every process
+
+    signals = (signal.SIGINT,) if several else (signal.SIGTERM, signal.SIGINT)
+    previous = {s: signal.signal(s, handler) for s in signals}
+
+    def should_stop(step: int) -> bool:
+        if several:
+            from jax.experimental import multihost_utils
+
+            return multihost_utils.reached_preemption_sync_point(step)
+        return flag["set"]
+
+    def restore() -> None:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    return should_stop, restore
+
+
+def check_existing_run(model_dir, model, train_steps: int, gin_name: str = "train") -> None:
+    """Refuse, before anything is written, to continue a run in MODEL_DIR that this config cannot
+    continue: another model (its config.gin says), or a run already past `train_steps`."""
+    from samtone_jax.inference import checkpoint_steps
+
+    steps = checkpoint_steps(model_dir)
+    config = model_dir / "config.gin"
+    if not steps:
+        return
+    if config.exists():
+        saved = gin_utils.model_from_gin_text(config.read_text())
+        ours, theirs = gin_utils.model_gin(model).splitlines(), gin_utils.model_gin(saved).splitlines()
+        differ = [
+            f"{a.split(' = ')[0]}: {b.split(' = ', 1)[1]} in its config.gin, {a.split(' = ', 1)[1]} here"
+            for a, b in zip(ours, theirs, strict=True)
+            if a != b
+        ]
+        if differ:
+            raise BadValueError(
+                f"{model_dir} holds a run of another model ({'; '.join(differ)}): resume it with its own gin "
+                "files (MODEL_DIR/config.gin), or train this model in another MODEL_DIR"
+            )
+    if steps[-1] > train_steps:
+        raise BadValueError(
+            f"{model_dir} already holds step {steps[-1]}, past {gin_name}.train_steps = {train_steps}: nothing to "
+            "train (raise TRAIN_STEPS to continue it, or use another MODEL_DIR)"
+        )

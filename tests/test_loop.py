@@ -1,0 +1,174 @@
+"""loop.py, the loop every training mode runs: resume, SIGTERM, the non-finite stop, the lock and
+the configs, first on a toy mode (a few milliseconds a step), then through both real modes
+(`samtone train`, `samtone train-adore`) in this process."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from samtone_jax import loop, paths
+from samtone_jax.errors import BadValueError
+from samtone_jax.run_lock import RunLockedError
+from samtone_jax.train_logging import NonFiniteLossError, ProgressLogger
+
+TARGETS = np.arange(40, dtype=np.float32).reshape(10, 4)  # the toy's "data": one row a step
+
+
+def _toy(seen, nan_at=None, sigterm_at=None):
+    """(init_state, batches, step): w moves halfway to each step's target row."""
+
+    def init_state(fresh):
+        return {"step": jnp.zeros((), jnp.int32), "params": {"w": jnp.zeros(4, jnp.float32)}}
+
+    def batches(start):
+        seen.append(start)
+        for row in range(start, len(TARGETS)):
+            yield jnp.asarray(TARGETS[row])
+
+    def step(state, target):
+        number = int(state["step"]) + 1
+        w = state["params"]["w"] + 0.5 * (target - state["params"]["w"])
+        loss = jnp.sum(jnp.square(w - target))
+        if number == nan_at:
+            loss = loss * jnp.nan
+        if number == sigterm_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return {"step": state["step"] + 1, "params": {"w": w}}, {"loss": loss, "accuracy": jnp.float32(0)}
+
+    return init_state, batches, step
+
+
+def _run(model_dir, steps=6, **toy):
+    seen = []
+    schedule = loop.Schedule(train_steps=steps, global_batch=1, checkpoint_every=2, log_every=1)
+    init_state, batches, step = _toy(seen, **toy)
+    with loop.run_directory(str(model_dir), None, schedule, "# toy\n") as directory:
+        metrics = loop.run(directory, schedule, init_state=init_state, batches=batches, step=step)
+    return metrics, seen
+
+
+def _saved(model_dir):
+    return sorted(int(p.name) for p in (model_dir / "checkpoints").iterdir() if p.name.isdigit())
+
+
+def _w(model_dir, step):
+    from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+
+    return np.asarray(restore_on_one_device(model_dir / "checkpoints" / str(step) / "state")["params"]["w"])
+
+
+def test_sigterm_stops_at_the_step_boundary_and_the_rerun_ends_where_the_straight_run_does(tmp_path, monkeypatch):
+    monkeypatch.setattr(loop, "check_existing_run", lambda *a, **k: None)  # the toy has no model to compare
+    _run(tmp_path / "straight")
+    stopped, seen = _run(tmp_path / "stopped", sigterm_at=3)
+    assert _saved(tmp_path / "stopped") == [2, 3] and seen == [0]  # step 3 saved at the boundary, off-interval
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
+    _, seen = _run(tmp_path / "stopped")
+    assert seen == [3]  # the batch source restarted at the resumed step
+    np.testing.assert_array_equal(_w(tmp_path / "stopped", 6), _w(tmp_path / "straight", 6))
+    assert (tmp_path / "stopped" / "config.gin").read_text() == "# toy\n"
+    assert (tmp_path / "stopped" / "operative_config.gin").exists()
+
+
+def test_a_non_finite_loss_stops_naming_the_last_good_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setattr(loop, "check_existing_run", lambda *a, **k: None)
+    with pytest.raises(NonFiniteLossError, match=r"nan at step 5 .*last good checkpoint: step 4"):
+        _run(tmp_path / "run", nan_at=5)
+    assert _saved(tmp_path / "run") == [2, 4]
+    assert not (tmp_path / "run" / "operative_config.gin").exists()  # written by finished runs only
+    assert not (tmp_path / "run" / "lock.json").exists()  # released on the way out
+
+
+def test_a_second_run_in_a_held_model_dir_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(loop, "check_existing_run", lambda *a, **k: None)
+    schedule = loop.Schedule(train_steps=2, global_batch=1)
+    with loop.run_directory(str(tmp_path), None, schedule, "# first\n"):
+        with pytest.raises(RunLockedError, match="is in use by another run"):
+            with loop.run_directory(str(tmp_path), None, schedule, "# second\n"):
+                pass
+    assert (tmp_path / "config.gin").read_text() == "# first\n"
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("on_corrupt_checkpoint", "retry", "train_adore.on_corrupt_checkpoint = 'retry': use 'fallback' or 'fail'"),
+        ("log_every", 0, "train_adore.log_every = 0: must be ≥ 1"),
+        ("eval_every", -1, "train_adore.eval_every = -1"),
+    ],
+)
+def test_a_bad_schedule_names_the_gin_setting(field, value, message):
+    with pytest.raises(BadValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        loop.Schedule(train_steps=2, global_batch=1, gin_name="train_adore", **{field: value})
+
+
+# Both real modes through loop.run: SIGTERM after step 2 checkpoints and exits 0; the rerun resumes
+# there and ends with the parameters of the uninterrupted run, bit for bit.
+
+
+def _mode_argv(mode, model_dir, init, vocab_path, steps):
+    from conftest import tiny_train_argv
+
+    if mode == "train":
+        argv = tiny_train_argv(model_dir, vocab_path, steps=steps, extra=["--gin.train.checkpoint_every=100"])
+        return [*argv, "--gin.DROPOUT_RATE=0.1"]
+    return [
+        "train-adore",
+        "--gin_file=runs/adore.gin",
+        f"--gin.INIT='{init}'",
+        "--gin.TASK='wordnet_definitions'",
+        f"--gin.MODEL_DIR='{model_dir}'",
+        f"--gin.TRAIN_STEPS={steps}",
+        "--gin.BATCH_SIZE=8",
+        "--gin.train_adore.split='all'",
+        "--gin.train_adore.k=5",
+        "--gin.LEARNING_RATE=0.05",
+        "--gin.train_adore.log_every=1",
+        "--gin.train_adore.checkpoint_every=100",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["train", "train-adore"])
+def test_both_modes_stop_on_sigterm_and_resume_to_the_uninterrupted_parameters(
+    mode, trained_run, wordnet_data, tmp_path, monkeypatch, caplog
+):
+    from samtone_jax import cli, configurables
+
+    wn, vocab_path = wordnet_data
+    monkeypatch.setenv("WORDNET_DIR", str(wn))
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert cli.main(_mode_argv(mode, straight, trained_run, vocab_path, steps=4)) == 0
+
+    record = ProgressLogger.record
+
+    def record_then_preempt(self, step, metrics):
+        record(self, step, metrics)
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(ProgressLogger, "record", record_then_preempt)
+    assert cli.main(_mode_argv(mode, stopped, trained_run, vocab_path, steps=4)) == 0
+    assert "preempted: saved step 2" in caplog.text
+    assert _saved(stopped) == [2]
+    monkeypatch.setattr(ProgressLogger, "record", record)
+    assert cli.main(_mode_argv(mode, stopped, trained_run, vocab_path, steps=4)) == 0
+    assert _saved(stopped) == [2, 4]
+    a = _params(straight, 4)
+    b = _params(stopped, 4)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert {"config.gin", "operative_config.gin", "vocab.model"} <= {p.name for p in paths.as_path(stopped).iterdir()}
+    configurables.parse([], [])
+
+
+def _params(model_dir, step):
+    from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+
+    return restore_on_one_device(model_dir / "checkpoints" / str(step) / "state")["params"]
