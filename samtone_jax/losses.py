@@ -40,9 +40,15 @@ Sharding: with `axis_name`, call inside `shard_map` over the data axis with loca
 (q, d, negatives, ids) are all-gathered (differentiably), each device scores only its own rows
 against all columns — no device holds the global B×B matrix — and the returned loss and metrics
 are global means, equal to a single device holding the whole batch.
+
+Layout: `contrastive_loss` validates, gathers and scores the shared blocks once (`_logits`), calls
+one function per mode (`_samtone_loss`, `_pair_loss`, `_gte_loss`, `_pairwise_loss`), and adds
+the diagnostics (`_with_diagnostics`). Every softmax term is one `masked_logsumexp` over blocks.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -58,7 +64,7 @@ def _is_concrete(x) -> bool:
     return isinstance(x, (int, float, np.ndarray, np.generic))
 
 
-def _check_inputs(q, d, temperature, mode, same_tower, bidirectional, negatives, ids, same_tower_weight, pair_alpha):
+def _check_options(mode, same_tower, bidirectional, temperature, same_tower_weight, pair_alpha):
     if mode not in MODES:
         raise BadValueError(f"contrastive_loss: mode={mode!r} must be one of {MODES}")
     if same_tower not in SAME_TOWER:
@@ -68,19 +74,6 @@ def _check_inputs(q, d, temperature, mode, same_tower, bidirectional, negatives,
             f"contrastive_loss: same_tower={same_tower!r} adds doc-doc negatives to the doc->query "
             "direction, which bidirectional=False does not compute; use bidirectional=True or same_tower='query'"
         )
-    if q.ndim != 2 or d.shape != q.shape:
-        raise BadValueError(f"contrastive_loss: q and d must both be [B, D]; got q {q.shape}, d {d.shape}")
-    if negatives is not None and (
-        negatives.ndim != 3 or negatives.shape[0] != q.shape[0] or negatives.shape[2] != q.shape[1]
-    ):
-        raise BadValueError(
-            f"contrastive_loss: negatives must be [B, K, D] = [{q.shape[0]}, K, {q.shape[1]}]; got {negatives.shape}"
-        )
-    for name, value, shape in ids:
-        if value is not None and tuple(value.shape) != shape:
-            raise BadValueError(f"contrastive_loss: {name} must have shape {shape}; got {tuple(value.shape)}")
-        if value is not None and not jnp.issubdtype(value.dtype, jnp.integer):
-            raise BadValueError(f"contrastive_loss: {name} must be integer ids; got dtype {value.dtype}")
     # Concrete values are checked; a traced temperature (a learnable parameter) cannot be.
     if _is_concrete(temperature) and not np.all(np.asarray(temperature) > 0):
         raise BadValueError(f"contrastive_loss: temperature must be > 0; got {temperature}")
@@ -88,6 +81,23 @@ def _check_inputs(q, d, temperature, mode, same_tower, bidirectional, negatives,
         raise BadValueError(f"contrastive_loss: same_tower_weight must be >= 0; got {same_tower_weight}")
     if not 0.0 <= pair_alpha <= 1.0:
         raise BadValueError(f"contrastive_loss: pair_alpha must be in [0, 1]; got {pair_alpha}")
+
+
+def _check_arrays(q, d, negatives, query_ids, doc_ids, negative_ids):
+    if q.ndim != 2 or d.shape != q.shape:
+        raise BadValueError(f"contrastive_loss: q and d must both be [B, D]; got q {q.shape}, d {d.shape}")
+    b, dim = q.shape
+    if negatives is not None and (negatives.ndim != 3 or negatives.shape[0] != b or negatives.shape[2] != dim):
+        raise BadValueError(f"contrastive_loss: negatives must be [B, K, D] = [{b}, K, {dim}]; got {negatives.shape}")
+    k = 0 if negatives is None else negatives.shape[1]
+    ids = [("query_ids", query_ids, (b,)), ("doc_ids", doc_ids, (b,)), ("negative_ids", negative_ids, (b, k))]
+    for name, value, shape in ids:
+        if value is not None and tuple(value.shape) != shape:
+            raise BadValueError(f"contrastive_loss: {name} must have shape {shape}; got {tuple(value.shape)}")
+        if value is not None and not jnp.issubdtype(value.dtype, jnp.integer):
+            raise BadValueError(f"contrastive_loss: {name} must be integer ids; got dtype {value.dtype}")
+    if negative_ids is not None and (doc_ids is None or negatives is None):
+        raise BadValueError("contrastive_loss: negative_ids needs negatives and doc_ids to compare against")
 
 
 def _scores(rows: jax.Array, columns: jax.Array, temperature) -> jax.Array:
@@ -112,17 +122,231 @@ def _gram_bwd(x, g):
 _gram.defvjp(_gram_fwd, _gram_bwd)
 
 
+def _masked(logits: jax.Array, keep: jax.Array | None) -> jax.Array:
+    """logits where keep, −inf elsewhere (keep=None: nothing removed)."""
+    return logits if keep is None else jnp.where(keep, logits, -jnp.inf)
+
+
 def masked_logsumexp(blocks) -> jax.Array:
     """log Σ_blocks Σ_cols keep·e^{logits} per row, for a list of (logits [b, n], keep [b, n] | None).
 
     One max over all blocks, no concatenation (no extra [b, Σn] copy); masked entries are −inf
     before the exp, so they contribute exactly 0 to the value and to the gradient.
     """
-    masked = [x if keep is None else jnp.where(keep, x, -jnp.inf) for x, keep in blocks]
+    masked = [_masked(x, keep) for x, keep in blocks]
     peak = jax.lax.stop_gradient(jnp.max(jnp.stack([jnp.max(x, axis=-1) for x in masked]), axis=0))
     peak = jnp.where(jnp.isfinite(peak), peak, 0.0)
     total = sum(jnp.sum(jnp.exp(x - peak[:, None]), axis=-1) for x in masked)
     return peak + jnp.log(total)
+
+
+# ----------------------------------------------------------------------------------------------
+# The shared blocks: local rows against gathered columns, scored once for every mode.
+# ----------------------------------------------------------------------------------------------
+class _Logits(NamedTuple):
+    """S = s/τ blocks [b, ·] of this device's b rows against the B gathered columns, and their keeps.
+
+    A keep of None removes nothing. s_qq already carries log w; s_dd does not (PAIR's
+    passage-centric term is unweighted), so the softmax modes add log w to it themselves.
+    """
+
+    positive: jax.Array  # [b] S(q_i, p_i)
+    s_qd: jax.Array  # [b, B] S(q_i, p_j)
+    s_qn: jax.Array | None  # [b, B·K] S(q_i, n_jk), the hard negatives
+    s_qq: jax.Array | None  # [b, B] S(q_i, q_j) + log w
+    s_dd: jax.Array | None  # [b, B] S(p_i, p_j)
+    s_dq: jax.Array | None  # [b, B] S(p_i, q_j)
+    cross_keep: jax.Array | None  # cross-tower: same examples removed, the positive kept
+    same_keep: jax.Array  # same-tower: same examples and the diagonal removed
+    neg_keep: jax.Array | None  # hard negatives: those with the row's document id removed
+    is_diagonal: jax.Array  # row i's own column (its global index)
+    log_w: jax.Array
+
+
+def _gather(x: jax.Array, axis_name: str | None) -> jax.Array:
+    return x if axis_name is None else jax.lax.all_gather(x, axis_name, tiled=True)
+
+
+def _example_masks(rows, columns, query_ids, doc_ids, axis_name):
+    """(is_diagonal, cross_keep, same_keep) [b, B] for rows (global indices) against the columns.
+
+    Pairs are the same example when they share a query id or a document id; without ids only
+    the diagonal is special, and cross_keep is None (no [b, B] id compares).
+    """
+    qid_rows = rows if query_ids is None else query_ids
+    did_rows = rows if doc_ids is None else doc_ids
+    qid_cols = columns if query_ids is None else _gather(query_ids, axis_name)
+    did_cols = columns if doc_ids is None else _gather(doc_ids, axis_name)
+    is_diagonal = rows[:, None] == columns[None, :]
+    if query_ids is None and doc_ids is None:
+        return is_diagonal, None, ~is_diagonal
+    same_example = (qid_rows[:, None] == qid_cols[None, :]) | (did_rows[:, None] == did_cols[None, :])
+    return is_diagonal, ~same_example | is_diagonal, ~(same_example | is_diagonal)
+
+
+def _hard_negatives(q, negatives, doc_ids, negative_ids, temperature, axis_name):
+    """(S(q_i, n) [b, B·K], keep | None): every gathered hard negative is a column of every row."""
+    if negatives is None:
+        return None, None
+    b, k, dim = negatives.shape
+    s_qn = _scores(q, _gather(negatives.reshape(b * k, dim), axis_name), temperature)
+    if negative_ids is None:
+        return s_qn, None
+    return s_qn, _gather(negative_ids.reshape(b * k), axis_name)[None, :] != doc_ids[:, None]
+
+
+def _needed_blocks(mode, same_tower, bidirectional) -> tuple[bool, bool, bool]:
+    """Which of the q·q, d·d and d·q blocks the mode reads."""
+    if mode == "pairwise":  # query-centric: q·d and q·n only
+        return False, False, False
+    if mode == "gte":  # both towers, both directions, in one partition
+        return True, True, True
+    return same_tower in ("query", "both"), mode == "pair" or same_tower in ("doc", "both"), bidirectional
+
+
+def _tower_blocks(q, d, q_all, d_all, s_qd, temperature, log_w, needs, axis_name):
+    """(s_qq + log w, s_dd, s_dq), each None where `needs` says the mode does not read it."""
+    need_qq, need_dd, need_dq = needs
+    if axis_name is None:
+        # One device holds every row: S_dq is S_qdᵀ and the same-tower blocks are symmetric Gram
+        # matrices, so 2 matmuls (plus 3 in the backward pass) do the work of 3 (+6).
+        s_qq = _gram(q) / temperature + log_w if need_qq else None
+        s_dd = _gram(d) / temperature if need_dd else None
+        s_dq = s_qd.T if need_dq else None
+    else:
+        s_qq = _scores(q, q_all, temperature) + log_w if need_qq else None
+        s_dd = _scores(d, d_all, temperature) if need_dd else None
+        s_dq = _scores(d, q_all, temperature) if need_dq else None
+    return s_qq, s_dd, s_dq
+
+
+def _logits(q, d, negatives, query_ids, doc_ids, negative_ids, temperature, same_tower_weight, needs, axis_name):
+    """Gather the columns (q, d, negatives, ids) over `axis_name`; score the local rows against them."""
+    b = q.shape[0]
+    offset = 0 if axis_name is None else jax.lax.axis_index(axis_name) * b
+    rows = offset + jnp.arange(b)  # global index of each local row
+    q_all, d_all = _gather(q, axis_name), _gather(d, axis_name)
+    masks = _example_masks(rows, jnp.arange(q_all.shape[0]), query_ids, doc_ids, axis_name)
+    log_w = jnp.log(jnp.asarray(same_tower_weight, jnp.float32))
+    s_qd = _scores(q, d_all, temperature)
+    # Each local row's positive is its own local document: an elementwise product, no gather
+    # from the [b, B] block (whose gradient would be a scatter into it).
+    positive = jnp.einsum("bd,bd->b", q, d, preferred_element_type=jnp.float32) / temperature
+    s_qn, neg_keep = _hard_negatives(q, negatives, doc_ids, negative_ids, temperature, axis_name)
+    s_qq, s_dd, s_dq = _tower_blocks(q, d, q_all, d_all, s_qd, temperature, log_w, needs, axis_name)
+    is_diagonal, cross_keep, same_keep = masks
+    return _Logits(positive, s_qd, s_qn, s_qq, s_dd, s_dq, cross_keep, same_keep, neg_keep, is_diagonal, log_w)
+
+
+# ----------------------------------------------------------------------------------------------
+# One function per mode: (loss, its metrics) from the shared blocks.
+# ----------------------------------------------------------------------------------------------
+def _softmax_term(positive, blocks):
+    """(mean_i −positive_i + log Z_i, mean_i log Z_i) with log Z the masked logsumexp of `blocks`."""
+    lse = masked_logsumexp(blocks)
+    return jnp.mean(lse - positive), jnp.mean(lse)
+
+
+def _query_to_doc_blocks(x: _Logits) -> list:
+    """The cross-tower query->doc candidates: in-batch documents, then the hard negatives."""
+    return [(x.s_qd, x.cross_keep)] + ([] if x.s_qn is None else [(x.s_qn, x.neg_keep)])
+
+
+def _samtone_loss(x: _Logits, same_tower, bidirectional):
+    """mode='samtone': the in-batch softmax, with same-tower negatives on the chosen side(s).
+
+      ℓ_qd(i) = −S(q_i,p_i) + log[ Σ_j e^{S(q_i,p_j)} + Σ_{j,k} e^{S(q_i,n_jk)} + w·Σ_{j≠i} e^{S(q_i,q_j)} ]
+      ℓ_dq(i) = −S(p_i,q_i) + log[ Σ_j e^{S(p_i,q_j)} + w·Σ_{j≠i} e^{S(p_i,p_j)} ]
+      L = ½(mean ℓ_qd + mean ℓ_dq) if bidirectional else mean ℓ_qd
+
+    The q·q sum is there for same_tower query|both, the d·d sum for doc|both.
+    """
+    qd_blocks = _query_to_doc_blocks(x)
+    if same_tower in ("query", "both"):
+        qd_blocks.append((x.s_qq, x.same_keep))
+    loss, lse_qd = _softmax_term(x.positive, qd_blocks)
+    metrics = {"logsumexp/query_to_doc": lse_qd}
+    if bidirectional:
+        dq_blocks = [(x.s_dq, x.cross_keep)]
+        if same_tower in ("doc", "both"):
+            dq_blocks.append((x.s_dd + x.log_w, x.same_keep))
+        loss_dq, lse_dq = _softmax_term(x.positive, dq_blocks)
+        loss = 0.5 * (loss + loss_dq)
+        metrics["logsumexp/doc_to_query"] = lse_dq
+    return loss, metrics
+
+
+def _pair_loss(x: _Logits, same_tower, bidirectional, pair_alpha):
+    """mode='pair' (Ren et al. 2021): the samtone loss plus PAIR's passage-centric term.
+
+    ℓ_P(i) = −S(q_i,p_i) + log[ e^{S(q_i,p_i)} + Σ_{j≠i} e^{S(p_i,p_j)} ]
+    L = (1−α)·L_samtone + α·mean ℓ_P
+    """
+    loss, metrics = _samtone_loss(x, same_tower, bidirectional)
+    loss_p, lse_p = _softmax_term(x.positive, [(x.positive[:, None], None), (x.s_dd, x.same_keep)])
+    metrics["logsumexp/passage_centric"] = lse_p
+    return (1.0 - pair_alpha) * loss + pair_alpha * loss_p, metrics
+
+
+def _gte_loss(x: _Logits):
+    """mode='gte' (Li et al. 2023): one joint partition per pair, both directions and towers in it.
+
+    Z_i = Σ_j e^{S(q_i,p_j)} + Σ_{j,k} e^{S(q_i,n_jk)} + Σ_j e^{S(p_i,q_j)}
+          + w·Σ_{j≠i} e^{S(q_i,q_j)} + w·Σ_{j≠i} e^{S(p_i,p_j)}
+    L = mean_i −S(q_i,p_i) + log Z_i
+    """
+    blocks = [*_query_to_doc_blocks(x), (x.s_dq, x.cross_keep), (x.s_qq, x.same_keep), (x.s_dd + x.log_w, x.same_keep)]
+    loss, lse = _softmax_term(x.positive, blocks)
+    return loss, {"logsumexp/joint": lse}
+
+
+def _pairwise_loss(x: _Logits, axis_name):
+    """mode='pairwise', STAR (Zhan et al. 2021): mean logistic loss over random plus over hard pairs.
+
+      ℓ(q, p, n) = log(1 + e^{S(q,n) − S(q,p)})
+      L = mean_{valid (i, j≠i)} ℓ(q_i, p_i, p_j) + mean_{valid (i, n)} ℓ(q_i, p_i, n)
+
+    Each mean is over the global batch (sums and counts over all devices), 0 when empty.
+    """
+    random_keep = ~x.is_diagonal if x.cross_keep is None else x.cross_keep & ~x.is_diagonal
+    parts = [("random", x.s_qd, random_keep)] + ([] if x.s_qn is None else [("hard", x.s_qn, x.neg_keep)])
+    loss, metrics = jnp.zeros((), jnp.float32), {}
+    for name, logits, keep in parts:
+        keep = jnp.ones(logits.shape, bool) if keep is None else keep
+        pair_loss = jnp.where(keep, jax.nn.softplus(logits - x.positive[:, None]), 0.0)
+        total, count = jnp.sum(pair_loss), jnp.sum(keep).astype(jnp.float32)
+        if axis_name is not None:
+            total, count = jax.lax.psum(total, axis_name), jax.lax.psum(count, axis_name)
+        mean = total / jnp.maximum(count, 1.0)
+        loss = loss + mean
+        metrics[f"pairwise/{name}"] = mean
+    return loss, metrics
+
+
+def _with_diagnostics(x: _Logits, loss, metrics, temperature, axis_name):
+    """The metrics plus loss and the diagnostics over the query->doc candidates, float32, global means."""
+    b, global_b = x.s_qd.shape
+    off_diagonal = x.same_keep if x.cross_keep is None else x.cross_keep & ~x.is_diagonal
+    hardest = jnp.max(_masked(x.s_qd, off_diagonal), axis=1)
+    masked_count = jnp.zeros((), jnp.int32) if x.cross_keep is None else jnp.sum(~x.cross_keep)
+    candidates = b * (global_b - 1)
+    if x.s_qn is not None:
+        hardest = jnp.maximum(hardest, jnp.max(_masked(x.s_qn, x.neg_keep), axis=1))
+        masked_count += 0 if x.neg_keep is None else jnp.sum(~x.neg_keep)
+        candidates += b * x.s_qn.shape[1]
+    temperature = jnp.asarray(temperature, jnp.float32)
+    metrics.update(
+        loss=loss,
+        accuracy=jnp.mean((x.positive > hardest).astype(jnp.float32)),
+        positive_similarity=jnp.mean(x.positive) * temperature,
+        hardest_negative_similarity=jnp.mean(jnp.where(jnp.isfinite(hardest), hardest, 0.0)) * temperature,
+        masked_fraction=masked_count.astype(jnp.float32) / max(candidates, 1),
+        temperature=temperature,
+    )
+    metrics = {name: value.astype(jnp.float32) for name, value in metrics.items()}
+    if axis_name is not None:
+        metrics = jax.lax.pmean(metrics, axis_name)
+    return metrics["loss"], metrics
 
 
 def contrastive_loss(
@@ -155,133 +379,16 @@ def contrastive_loss(
     Returns:
       (loss: scalar float32, metrics: dict of scalar float32 — global means when sharded).
     """
-    b, dim = q.shape if q.ndim == 2 else (q.shape[0], -1)
-    k = 0 if negatives is None else negatives.shape[1]
-    _check_inputs(
-        q,
-        d,
-        temperature,
-        mode,
-        same_tower,
-        bidirectional,
-        negatives,
-        [("query_ids", query_ids, (b,)), ("doc_ids", doc_ids, (b,)), ("negative_ids", negative_ids, (b, k))],
-        same_tower_weight,
-        pair_alpha,
-    )
-    if negative_ids is not None and (doc_ids is None or negatives is None):
-        raise BadValueError("contrastive_loss: negative_ids needs negatives and doc_ids to compare against")
-
-    def gather(x):
-        return x if axis_name is None else jax.lax.all_gather(x, axis_name, tiled=True)
-
-    offset = 0 if axis_name is None else jax.lax.axis_index(axis_name) * b
-    rows = offset + jnp.arange(b)  # global index of each local row
-    q_all, d_all = gather(q), gather(d)
-    global_b = q_all.shape[0]
-    positions = jnp.arange(global_b)
-    qid_rows = rows if query_ids is None else query_ids
-    did_rows = rows if doc_ids is None else doc_ids
-    qid_cols = positions if query_ids is None else gather(query_ids)
-    did_cols = positions if doc_ids is None else gather(doc_ids)
-
-    is_diagonal = rows[:, None] == positions[None, :]
-    if query_ids is None and doc_ids is None:  # only the diagonal is special: no [b, B] id compares
-        cross_keep, same_keep = None, ~is_diagonal
-    else:
-        same_example = (qid_rows[:, None] == qid_cols[None, :]) | (did_rows[:, None] == did_cols[None, :])
-        cross_keep = ~same_example | is_diagonal  # the positive stays in cross-tower rows
-        same_keep = ~(same_example | is_diagonal)
-    log_w = jnp.log(jnp.asarray(same_tower_weight, jnp.float32))
-
-    s_qd = _scores(q, d_all, temperature)
-    # Each local row's positive is its own local document: an elementwise product, no gather
-    # from the [b, B] block (whose gradient would be a scatter into it).
-    positive = jnp.einsum("bd,bd->b", q, d, preferred_element_type=jnp.float32) / temperature
-    qd_blocks = [(s_qd, cross_keep)]
-    neg_keep = None
-    if negatives is not None:
-        n_all = gather(negatives.reshape(b * k, dim))
-        s_qn = _scores(q, n_all, temperature)
-        if negative_ids is not None:
-            neg_keep = gather(negative_ids.reshape(b * k))[None, :] != did_rows[:, None]
-        qd_blocks.append((s_qn, neg_keep))
-
-    metrics = {}
-    ranking = mode != "pairwise"  # the softmax family needs the same-tower / reverse blocks
-    need_qq = ranking and (mode == "gte" or same_tower in ("query", "both"))
-    need_dd = ranking and (mode in ("gte", "pair") or same_tower in ("doc", "both"))
-    need_dq = ranking and (mode == "gte" or bidirectional)
-    if axis_name is None:
-        # One device holds every row: S_dq is S_qdᵀ and the same-tower blocks are symmetric Gram
-        # matrices, so 2 matmuls (plus 3 in the backward pass) do the work of 3 (+6).
-        s_qq = _gram(q) / temperature + log_w if need_qq else None
-        s_dd = _gram(d) / temperature if need_dd else None
-        s_dq = s_qd.T if need_dq else None
-    else:
-        s_qq = _scores(q, q_all, temperature) + log_w if need_qq else None
-        s_dd = _scores(d, d_all, temperature) if need_dd else None
-        s_dq = _scores(d, q_all, temperature) if need_dq else None
-
+    _check_options(mode, same_tower, bidirectional, temperature, same_tower_weight, pair_alpha)
+    _check_arrays(q, d, negatives, query_ids, doc_ids, negative_ids)
+    needs = _needed_blocks(mode, same_tower, bidirectional)
+    x = _logits(q, d, negatives, query_ids, doc_ids, negative_ids, temperature, same_tower_weight, needs, axis_name)
     if mode == "pairwise":
-        random_keep = ~is_diagonal if cross_keep is None else cross_keep & ~is_diagonal
-        parts = [(s_qd, random_keep, "random")]
-        if negatives is not None:
-            parts.append((s_qn, neg_keep, "hard"))
-        loss = jnp.zeros((), jnp.float32)
-        for logits, keep, name in parts:
-            keep = jnp.ones(logits.shape, bool) if keep is None else keep
-            pair_loss = jnp.where(keep, jax.nn.softplus(logits - positive[:, None]), 0.0)
-            total, count = jnp.sum(pair_loss), jnp.sum(keep).astype(jnp.float32)
-            if axis_name is not None:  # a global mean over pairs: sums and counts over all devices
-                total, count = jax.lax.psum(total, axis_name), jax.lax.psum(count, axis_name)
-            mean = total / jnp.maximum(count, 1.0)
-            loss = loss + mean
-            metrics[f"pairwise/{name}"] = mean
+        loss, metrics = _pairwise_loss(x, axis_name)
     elif mode == "gte":
-        blocks = [*qd_blocks, (s_dq, cross_keep), (s_qq, same_keep), (s_dd + log_w, same_keep)]
-        lse = masked_logsumexp(blocks)
-        loss = jnp.mean(lse - positive)
-        metrics["logsumexp/joint"] = jnp.mean(lse)
+        loss, metrics = _gte_loss(x)
+    elif mode == "pair":
+        loss, metrics = _pair_loss(x, same_tower, bidirectional, pair_alpha)
     else:
-        if same_tower in ("query", "both"):
-            qd_blocks.append((s_qq, same_keep))
-        lse_qd = masked_logsumexp(qd_blocks)
-        loss = jnp.mean(lse_qd - positive)
-        metrics["logsumexp/query_to_doc"] = jnp.mean(lse_qd)
-        if bidirectional:
-            dq_blocks = [(s_dq, cross_keep)]
-            if same_tower in ("doc", "both"):
-                dq_blocks.append((s_dd + log_w, same_keep))
-            lse_dq = masked_logsumexp(dq_blocks)
-            loss = 0.5 * (loss + jnp.mean(lse_dq - positive))
-            metrics["logsumexp/doc_to_query"] = jnp.mean(lse_dq)
-        if mode == "pair":
-            lse_p = masked_logsumexp([(positive[:, None], None), (s_dd, same_keep)])
-            loss = (1.0 - pair_alpha) * loss + pair_alpha * jnp.mean(lse_p - positive)
-            metrics["logsumexp/passage_centric"] = jnp.mean(lse_p)
-
-    # Diagnostics over the query->doc candidates (in-batch documents and hard negatives).
-    off_diagonal = same_keep if cross_keep is None else cross_keep & ~is_diagonal
-    hardest = jnp.max(jnp.where(off_diagonal, s_qd, -jnp.inf), axis=1)
-    masked_count = jnp.zeros((), jnp.int32) if cross_keep is None else jnp.sum(~cross_keep)
-    candidates = b * (global_b - 1)
-    if negatives is not None:
-        hardest = jnp.maximum(
-            hardest, jnp.max(s_qn if neg_keep is None else jnp.where(neg_keep, s_qn, -jnp.inf), axis=1)
-        )
-        masked_count += 0 if neg_keep is None else jnp.sum(~neg_keep)
-        candidates += b * global_b * k
-    temperature = jnp.asarray(temperature, jnp.float32)
-    metrics.update(
-        loss=loss,
-        accuracy=jnp.mean((positive > hardest).astype(jnp.float32)),
-        positive_similarity=jnp.mean(positive) * temperature,
-        hardest_negative_similarity=jnp.mean(jnp.where(jnp.isfinite(hardest), hardest, 0.0)) * temperature,
-        masked_fraction=masked_count.astype(jnp.float32) / max(candidates, 1),
-        temperature=temperature,
-    )
-    metrics = {name: value.astype(jnp.float32) for name, value in metrics.items()}
-    if axis_name is not None:
-        metrics = jax.lax.pmean(metrics, axis_name)
-    return metrics["loss"], metrics
+        loss, metrics = _samtone_loss(x, same_tower, bidirectional)
+    return _with_diagnostics(x, loss, metrics, temperature, axis_name)
