@@ -146,16 +146,10 @@ def _trained(architecture, wordnet_data, tmp_path_factory):
 
         wn, vocab_path = wordnet_data
         model_dir = tmp_path_factory.mktemp(f"trained_{architecture}") / "run"
-        previous = os.environ.get("WORDNET_DIR")
-        os.environ["WORDNET_DIR"] = str(wn)
-        try:
-            extra = ["--gin.PROJECTION_DIM=24"] if architecture != "sde" else []
+        extra = ["--gin.PROJECTION_DIM=24"] if architecture != "sde" else []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("WORDNET_DIR", str(wn))
             assert cli.main(tiny_train_argv(model_dir, vocab_path, architecture=architecture, extra=extra)) == 0
-        finally:
-            if previous is None:
-                os.environ.pop("WORDNET_DIR")
-            else:
-                os.environ["WORDNET_DIR"] = previous
         _TRAINED_RUNS[architecture] = model_dir
     return _TRAINED_RUNS[architecture]
 
@@ -228,19 +222,14 @@ class GCSEmulator:
         """gcsfs and tensorstore pointed at this emulator for the duration (then as they were)."""
         import fsspec
 
-        names = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL")
-        saved = {k: os.environ.get(k) for k in names}
-        os.environ.update(dict.fromkeys(names, self.url))
-        fsspec.filesystem("gs").clear_instance_cache()  # gcsfs reads the endpoint when an instance is made
-        try:
-            yield self
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            fsspec.filesystem("gs").clear_instance_cache()
+        with pytest.MonkeyPatch.context() as patch:
+            for name in ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL"):
+                patch.setenv(name, self.url)
+            fsspec.filesystem("gs").clear_instance_cache()  # gcsfs reads the endpoint when an instance is made
+            try:
+                yield self
+            finally:
+                fsspec.filesystem("gs").clear_instance_cache()
 
     def stop(self) -> None:
         if self.process is not None:
