@@ -19,7 +19,15 @@ from samtone_jax.errors import BadValueError
 from samtone_jax.models.layout import ARCHITECTURES, layout
 from samtone_jax.models.t5 import PAD_ID, T5Config, T5Encoder, _fan_in_init, _param
 
-__all__ = ["ARCHITECTURES", "DualEncoder", "Projection", "init_params", "l2_normalize", "mean_pool"]
+__all__ = [
+    "ARCHITECTURES",
+    "DualEncoder",
+    "Projection",
+    "init_params",
+    "l2_normalize",
+    "mean_pool",
+    "segment_mean_pool",
+]
 
 
 def mean_pool(hidden: jax.Array, tokens: jax.Array) -> jax.Array:
@@ -30,6 +38,14 @@ def mean_pool(hidden: jax.Array, tokens: jax.Array) -> jax.Array:
     mask = (tokens != PAD_ID).astype(jnp.float32)[..., None]
     total = jnp.sum(hidden.astype(jnp.float32) * mask, axis=1)
     return total / jnp.maximum(jnp.sum(mask, axis=1), 1.0)
+
+
+def segment_mean_pool(hidden: jax.Array, segment_ids: jax.Array, num_segments: int) -> jax.Array:
+    """hidden [B, L, D], segment_ids [B, L] (1..S per text, 0 = padding) -> [B, S, D] float32 mean
+    of each text's positions; a slot no text uses pools to zeros."""
+    slots = (segment_ids[..., None] == jnp.arange(1, num_segments + 1)).astype(jnp.float32)  # [B, L, S]
+    total = jnp.einsum("bld,bls->bsd", hidden.astype(jnp.float32), slots)
+    return total / jnp.maximum(jnp.sum(slots, axis=1), 1.0)[..., None]
 
 
 def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
@@ -106,6 +122,22 @@ class DualEncoder(nn.Module):
             return self._encode(tokens.reshape(b * k, length), side, deterministic).reshape(b, k, -1)
         pooled = mean_pool(encoder(tokens, deterministic=deterministic), tokens)
         return l2_normalize(projection(pooled))
+
+    def encode_packed(
+        self,
+        tokens: jax.Array,
+        segment_ids: jax.Array,
+        positions: jax.Array,
+        side: str,
+        num_segments: int,
+        deterministic: bool = True,
+    ) -> jax.Array:
+        """Packed rows (tokens, segment_ids, positions [B, L]; T5X's convention) of one side ->
+        embeddings [B, num_segments, P], slot s of row b holding the text with segment id s + 1
+        (a slot no text uses: zeros). Each text's embedding is the one it gets unpacked."""
+        encoder, projection = self._towers(side)
+        hidden = encoder(tokens, deterministic=deterministic, segment_ids=segment_ids, positions=positions)
+        return l2_normalize(projection(segment_mean_pool(hidden, segment_ids, num_segments)))
 
     def encode_queries(self, tokens: jax.Array, deterministic: bool = True) -> jax.Array:
         return self._encode(tokens, "query", deterministic)

@@ -132,33 +132,36 @@ class RMSNorm(nn.Module):
         return (y * scale.astype(jnp.float32)).astype(self.dtype)
 
 
-def relative_position_bucket(relative_position: np.ndarray, num_buckets: int, max_distance: int) -> np.ndarray:
-    """Bidirectional T5 buckets for `memory_position - query_position` (numpy, static shapes).
+def relative_position_bucket(relative_position, num_buckets: int, max_distance: int):
+    """Bidirectional T5 buckets for `memory_position - query_position`: numpy for static shapes
+    (unpacked rows), jax.numpy for per-segment positions (packed rows, traced).
 
     Half the buckets are for keys after the query; in each half, exact buckets for distances
     below num_buckets/4 and log-spaced buckets up to `max_distance`, beyond which all share the
     last bucket. Same arithmetic as T5X / Mesh-TF / Hugging Face.
     """
+    xp = jnp if isinstance(relative_position, jax.Array) else np
     num_buckets //= 2
     bucket = (relative_position > 0).astype(np.int32) * num_buckets
-    n = np.abs(relative_position)
+    n = xp.abs(relative_position)
     max_exact = num_buckets // 2
     # Distances below max_exact take the exact branch; clamp them so log() sees no zero.
-    far = np.maximum(n, max_exact).astype(np.float32)
-    large = max_exact + (np.log(far / max_exact) / np.log(max_distance / max_exact) * (num_buckets - max_exact)).astype(
+    far = xp.maximum(n, max_exact).astype(np.float32)
+    large = max_exact + (xp.log(far / max_exact) / np.log(max_distance / max_exact) * (num_buckets - max_exact)).astype(
         np.int32
     )
-    large = np.minimum(large, num_buckets - 1)
-    return bucket + np.where(n < max_exact, n, large)
+    large = xp.minimum(large, num_buckets - 1)
+    return bucket + xp.where(n < max_exact, n, large)
 
 
 class RelativePositionBias(nn.Module):
-    """One [heads, buckets] table; returns the additive attention bias [1, heads, q, k]."""
+    """One [heads, buckets] table; returns the additive attention bias [1, heads, q, k], or with
+    `positions` [B, L] (each token's position in its packed segment) [B, heads, L, L]."""
 
     config: T5Config
 
     @nn.compact
-    def __call__(self, query_length: int, key_length: int):
+    def __call__(self, query_length: int, key_length: int, positions: jax.Array | None = None):
         cfg = self.config
         table = _param(
             self,
@@ -168,6 +171,12 @@ class RelativePositionBias(nn.Module):
             ("heads", "relpos_buckets"),
             jnp.dtype(cfg.param_dtype),
         )
+        if positions is not None:
+            relative = positions[:, None, :] - positions[:, :, None]  # [B, q, k]: key − query
+            buckets = relative_position_bucket(
+                relative, cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance
+            )
+            return jnp.moveaxis(jnp.take(table.astype(jnp.float32), buckets, axis=1), 0, 1)
         relative = np.arange(key_length)[None, :] - np.arange(query_length)[:, None]
         buckets = relative_position_bucket(
             relative, cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance
@@ -245,12 +254,23 @@ class T5Encoder(nn.Module):
 
     Padding keys are masked in every attention; hidden states at padding positions are
     computed but meaningless (pooling ignores them).
+
+    Packed rows (T5X's convention): `segment_ids` [B, L] numbers the texts of a row 1, 2, ...
+    (0 = padding) and `positions` [B, L] counts from 0 in each text. A token attends only to its
+    own text, with relative positions taken within it, so each text's hidden states are the ones
+    it would get alone in a row.
     """
 
     config: T5Config
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, deterministic: bool = True) -> jax.Array:
+    def __call__(
+        self,
+        tokens: jax.Array,
+        deterministic: bool = True,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+    ) -> jax.Array:
         cfg = self.config
         if tokens.ndim != 2:
             raise BadValueError(f"T5Encoder expects token ids [batch, length], got shape {tokens.shape}")
@@ -268,9 +288,15 @@ class T5Encoder(nn.Module):
         x = drop(x, deterministic=deterministic)
 
         length = tokens.shape[1]
-        position_bias = RelativePositionBias(cfg, name="relpos_bias")(length, length)
-        key_is_padding = (tokens == PAD_ID)[:, None, None, :]
-        bias = jnp.where(key_is_padding, jnp.float32(-1e10), position_bias)
+        if (segment_ids is None) != (positions is None):
+            raise BadValueError("packed rows need both segment_ids and positions")
+        position_bias = RelativePositionBias(cfg, name="relpos_bias")(length, length, positions)
+        if segment_ids is None:
+            masked = (tokens == PAD_ID)[:, None, None, :]
+        else:  # keys of other texts and padding keys
+            other = segment_ids[:, :, None] != segment_ids[:, None, :]
+            masked = (other | (segment_ids == 0)[:, None, :])[:, None]
+        bias = jnp.where(masked, jnp.float32(-1e10), position_bias)
 
         if cfg.scan_layers and not self.is_initializing():
             x = self._scanned_layers(x, bias, deterministic)
