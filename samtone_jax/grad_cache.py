@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from samtone_jax.encoding import encode
+from samtone_jax.encoding import assemble, encode, inputs
 from samtone_jax.errors import BadValueError
 
 
@@ -34,60 +34,52 @@ def from_chunks(x: jax.Array, num_shards: int) -> jax.Array:
     return jnp.swapaxes(x, 0, 1).reshape(n * c, *x.shape[3:])
 
 
-def _sides(batch):
-    """(name, side, tokens [N, L]) for each encoded input; negatives flattened to [B·K, L]."""
-    out = [("query_tokens", "query", batch["query_tokens"]), ("doc_tokens", "document", batch["doc_tokens"])]
-    if "negative_tokens" in batch:
-        b, k, length = batch["negative_tokens"].shape
-        out.append(("negative_tokens", "negative", batch["negative_tokens"].reshape(b * k, length)))
-    return out
-
-
-def loss_and_grads(model, params, batch, rng, loss_on_embeddings, chunk_size: int, num_shards: int):
+def loss_and_grads(
+    model, params, batch, rng, loss_on_embeddings, chunk_size: int, num_shards: int, max_segments: int | None = None
+):
     """GradCache equivalent of value_and_grad(loss(encode(params, batch)), has_aux=True).
 
     loss_on_embeddings(params, q, d, n) -> (loss, metrics); `params` is passed so a learnable
-    temperature gets its gradient. chunk_size: rows per device per chunk.
+    temperature gets its gradient. chunk_size: rows per device per chunk (of texts; of packed
+    rows for a packed batch, whose `max_segments` is the packer's).
     """
     chunks = {}
-    for name, side, tokens in _sides(batch):
-        rows = tokens.shape[0]
+    for x in inputs(batch):
+        rows = x.tokens.shape[0]
         per_shard = rows // num_shards
         if per_shard % chunk_size:
             raise BadValueError(
-                f"GRAD_CACHE_CHUNK_SIZE={chunk_size} must divide the per-device rows of {name} ({per_shard} = "
+                f"GRAD_CACHE_CHUNK_SIZE={chunk_size} must divide the per-device rows of {x.name} ({per_shard} = "
                 f"{rows} / {num_shards} devices)"
             )
         n = per_shard // chunk_size
-        chunks[name] = (side, to_chunks(tokens, n, num_shards), to_chunks(jnp.arange(rows), n, num_shards))
+        arrays = tuple(to_chunks(a, n, num_shards) for a in x.arrays())
+        chunks[x.name] = (x.side, arrays, to_chunks(jnp.arange(rows), n, num_shards))
+
+    def embed(p, side, arrays, index):
+        return encode(model, p, arrays, side, rng, index, max_segments)
 
     frozen = jax.lax.stop_gradient(params)
-    embeddings = {}
-    for name, (side, tok, idx) in chunks.items():  # 1. embed without activations
-        out = jax.lax.map(lambda x, side=side: encode(model, frozen, x[0], side, rng, x[1]), (tok, idx))
-        embeddings[name] = from_chunks(out, num_shards)
+    outputs = {}
+    for name, (side, arrays, idx) in chunks.items():  # 1. embed without activations
+        out = jax.lax.map(lambda x, side=side: embed(frozen, side, x[0], x[1]), (arrays, idx))
+        outputs[name] = from_chunks(out, num_shards)
 
-    q, d = embeddings["query_tokens"], embeddings["doc_tokens"]
-    n = None
-    if "negative_tokens" in embeddings:
-        b, k = batch["negative_tokens"].shape[:2]
-        n = embeddings["negative_tokens"].reshape(b, k, -1)
-    # 2. loss and its gradient w.r.t. the embeddings (and any parameter the loss reads directly)
-    (loss, metrics), (g_params, g_q, g_d, g_n) = jax.value_and_grad(
-        loss_on_embeddings, argnums=(0, 1, 2, 3), has_aux=True
-    )(params, q, d, n)
-    cotangents = {"query_tokens": g_q, "doc_tokens": g_d}
-    if n is not None:
-        cotangents["negative_tokens"] = g_n.reshape(-1, g_n.shape[-1])
+    # 2. loss and its gradient w.r.t. the encoder outputs (and any parameter the loss reads directly)
+    def loss_on_outputs(p, outs):
+        return loss_on_embeddings(p, *assemble(batch, outs))
 
-    grads = g_params
-    for name, (side, tok, idx) in chunks.items():  # 3. re-encode each chunk under vjp
-        cot = to_chunks(cotangents[name], tok.shape[0], num_shards)
+    (loss, metrics), (grads, cotangents) = jax.value_and_grad(loss_on_outputs, argnums=(0, 1), has_aux=True)(
+        params, outputs
+    )
+
+    for name, (side, arrays, idx) in chunks.items():  # 3. re-encode each chunk under vjp
+        cot = to_chunks(cotangents[name], idx.shape[0], num_shards)
 
         def accumulate(total, x, side=side):
-            tok_c, idx_c, cot_c = x
-            _, pull = jax.vjp(lambda p: encode(model, p, tok_c, side, rng, idx_c), params)
+            arrays_c, idx_c, cot_c = x
+            _, pull = jax.vjp(lambda p: embed(p, side, arrays_c, idx_c), params)
             return jax.tree_util.tree_map(jnp.add, total, pull(cot_c)[0]), None
 
-        grads, _ = jax.lax.scan(accumulate, grads, (tok, idx, cot))
+        grads, _ = jax.lax.scan(accumulate, grads, (arrays, idx, cot))
     return (loss, metrics), grads

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 
 import flax.linen as nn
 import gin
@@ -98,7 +99,11 @@ def make_loss_on_embeddings(model, mesh, batch, loss_fn):
     return loss
 
 
-def make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size: int | None, loss_fn):
+def make_train_step(
+    model, tx, schedule, mesh, grad_cache_chunk_size: int | None, loss_fn, max_segments: int | None = None
+):
+    """(state, batch) -> (state, metrics). A packed batch (data/packing.py) needs `max_segments`, the
+    packer's texts-per-row limit."""
     num_shards = mesh.shape["data"]
 
     def step(state, batch):
@@ -106,12 +111,12 @@ def make_train_step(model, tx, schedule, mesh, grad_cache_chunk_size: int | None
         loss_on_embeddings = make_loss_on_embeddings(model, mesh, batch, loss_fn)
         if grad_cache_chunk_size:
             (loss, metrics), grads = grad_cache.loss_and_grads(
-                model, state["params"], batch, rng, loss_on_embeddings, grad_cache_chunk_size, num_shards
+                model, state["params"], batch, rng, loss_on_embeddings, grad_cache_chunk_size, num_shards, max_segments
             )
         else:
 
             def full(params):
-                return loss_on_embeddings(params, *encode_batch(model, params, batch, rng))
+                return loss_on_embeddings(params, *encode_batch(model, params, batch, rng, max_segments))
 
             (loss, metrics), grads = jax.value_and_grad(full, has_aux=True)(state["params"])
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -219,6 +224,9 @@ def train(
     shuffle_block_size: int = 1,
     id_masking: bool = True,
     on_corrupt_checkpoint: str = "fallback",
+    packing: bool = False,
+    packing_max_segments: int = 8,
+    packing_row_multiple: int = 4,
     *,
     model,
     loss_fn,
@@ -246,6 +254,10 @@ def train(
     already past `train_steps`, is refused before anything is written. `on_corrupt_checkpoint`
     'fallback' resumes from the newest readable checkpoint when the latest is unreadable (warning,
     the unreadable one deleted so its step can be saved again); 'fail' stops instead.
+
+    `packing` (data/packing.py): each device's pairs packed into its own rows, at most
+    `packing_max_segments` texts a row, the row count rounded up to `packing_row_multiple` (each row
+    count met compiles once). The same pairs, loss and resume as unpacked; fewer padding tokens.
     """
     schedule = loop.Schedule(
         train_steps, batch_size, checkpoint_every, keep_checkpoints, log_every, eval_every, on_corrupt_checkpoint
@@ -289,12 +301,16 @@ def train(
         def init_state(fresh: bool):
             return initial_state(model, tx, mesh, seed, init_checkpoint if fresh else None, rules)
 
+        pack = _packer(packing, packing_max_segments, packing_row_multiple, grad_cache_chunk_size, mesh)
+
         def batches(start: int):
             for batch in dataset(task, split, start_batch=start).as_numpy_iterator():
-                yield partitioning.host_to_global(mesh, model_features(batch, id_masking))
+                yield partitioning.host_to_global(mesh, pack(model_features(batch, id_masking)))
 
+        max_segments = packing_max_segments if packing else None
         step_fn = jax.jit(
-            make_train_step(model, tx, lr_schedule, mesh, grad_cache_chunk_size, loss_fn), donate_argnums=0
+            make_train_step(model, tx, lr_schedule, mesh, grad_cache_chunk_size, loss_fn, max_segments),
+            donate_argnums=0,
         )
         fsdp = rules == partitioning.FSDP_RULES
         activations = partitioning.activation_sharding(mesh, rules) if fsdp else contextlib.nullcontext()
@@ -330,6 +346,29 @@ def train(
         return loop.run(
             model_dir, schedule, init_state=init_state, batches=batches, step=step, evaluate=evaluators and evaluate
         )
+
+
+def _packer(packing: bool, max_segments: int, row_multiple: int, chunk: int | None, mesh):
+    """features -> packed features (this host's devices' rows; identity without packing). Every
+    host's row count must agree (one global array): with several hosts the largest is taken."""
+    if not packing:
+        return lambda features: features
+    from samtone_jax.data.packing import pack_batch
+
+    if max_segments < 1 or row_multiple < 1:
+        raise BadValueError(
+            f"train.packing_max_segments = {max_segments} and train.packing_row_multiple = {row_multiple} must be ≥ 1"
+        )
+    multiple = math.lcm(row_multiple, chunk or 1)  # GradCache chunks whole rows
+    devices = mesh.shape["data"] // jax.process_count()
+    agree = None
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        def agree(rows: int) -> int:
+            return int(np.max(multihost_utils.process_allgather(np.int32(rows))))
+
+    return lambda features: pack_batch(features, devices, max_segments, multiple, agree)
 
 
 def _evaluate(eval_fn, state, dataset, task, split, mesh, num_batches, id_masking):

@@ -73,100 +73,137 @@ def test_a_packed_text_ignores_its_neighbours():
 # The packer (samtone_jax/data/packing.py).
 
 
-def _stream(n, seed=0, k=0, max_q=12, max_d=20):
-    rng = np.random.default_rng(seed)
-    out = []
+def _padded(rng, n, length, max_real):
+    """[n, length] zero-padded EOS-terminated texts of 1..max_real tokens."""
+    out = np.zeros((n, length), np.int32)
     for i in range(n):
-        ex = {
-            "query_tokens": np.r_[rng.integers(2, 64, size=rng.integers(0, max_q)), 1].astype(np.int32),
-            "doc_tokens": np.r_[rng.integers(2, 64, size=rng.integers(0, max_d)), 1].astype(np.int32),
-            "query_id": 1000 + i,
-            "doc_id": 5000 + i,
-        }
-        if k:
-            ex["negative_tokens"] = [np.r_[rng.integers(2, 64, size=rng.integers(0, max_d)), 1] for _ in range(k)]
-            ex["negative_ids"] = np.arange(k) + 9000 + 10 * i
-        out.append(ex)
+        real = int(rng.integers(1, max_real + 1))
+        out[i, : real - 1], out[i, real - 1] = rng.integers(2, 64, size=real - 1), 1
     return out
 
 
-def _unpack(tokens, segments, slot, max_segments):
+def _batch(seed=0, b=32, k=0, lq=12, ld=20, short=None):
+    """Zero-padded texts of random lengths; `short`: queries of at most that many tokens."""
+    rng = np.random.default_rng(seed)
+    batch = {
+        "query_tokens": _padded(rng, b, lq, short or lq),
+        "doc_tokens": _padded(rng, b, ld, ld),
+        "query_id": np.arange(b, dtype=np.int32),
+        "doc_id": np.arange(b, dtype=np.int32) + 100,
+    }
+    if k:
+        batch["negative_tokens"] = _padded(rng, b * k, ld, ld).reshape(b, k, ld)
+        batch["negative_ids"] = np.arange(b * k, dtype=np.int32).reshape(b, k) + 1000
+    return batch
+
+
+def _read(packed, prefix, slot, max_segments):
     """The text at a flat slot, read back from the packed rows."""
     row, index = divmod(int(slot), max_segments)
-    return tokens[row][segments[row] == index + 1]
+    return packed[f"{prefix}_tokens"][row][packed[f"{prefix}_segment_ids"][row] == index + 1]
+
+
+def _real(text):
+    return text[: np.flatnonzero(text)[-1] + 1] if text.any() else text[:0]
 
 
 @pytest.mark.parametrize("k", [0, 2])
-def test_the_packer_keeps_every_pair_in_order_and_its_texts_whole(k):
-    from samtone_jax.data.packing import PackingBudget, pack_pairs
+@pytest.mark.parametrize("devices", [1, 4])
+def test_the_packer_keeps_every_text_whole_and_on_its_own_devices_rows(k, devices):
+    from samtone_jax.data.packing import pack_batch
 
-    budget = PackingBudget(
-        16, query_rows=5, query_length=12, doc_rows=8, doc_length=20, max_segments=4, num_negatives=k
-    )
-    stream = _stream(200, k=k)
-    seen = []
-    for batch, position in pack_pairs(stream, budget):
-        assert batch["query_tokens"].shape == (5, 12) and batch["doc_positions"].shape == (8, 20)
-        assert batch["query_slot"].shape == (16,) and batch["pair_mask"].shape == (16,)
-        pairs = int(batch["pair_mask"].sum())
-        assert pairs >= 1 and batch["pair_mask"][:pairs].all() and not batch["pair_mask"][pairs:].any()
-        assert (batch["query_id"][pairs:] == -1).all()
-        for seg in (batch["query_segment_ids"], batch["doc_segment_ids"]):
-            assert seg.max() <= 4
-        for i in range(pairs):
-            j = len(seen)
-            assert batch["query_id"][i] == stream[j]["query_id"] and batch["doc_id"][i] == stream[j]["doc_id"]
-            q = _unpack(batch["query_tokens"], batch["query_segment_ids"], batch["query_slot"][i], 4)
-            np.testing.assert_array_equal(q, stream[j]["query_tokens"])
-            d = _unpack(batch["doc_tokens"], batch["doc_segment_ids"], batch["doc_slot"][i], 4)
-            np.testing.assert_array_equal(d, stream[j]["doc_tokens"])
-            for n in range(k):
-                neg = _unpack(batch["doc_tokens"], batch["doc_segment_ids"], batch["negative_slot"][i, n], 4)
-                np.testing.assert_array_equal(neg, stream[j]["negative_tokens"][n])
-            # positions count from 0 within each text
-            row, index = divmod(int(batch["query_slot"][i]), 4)
-            in_text = batch["query_segment_ids"][row] == index + 1
-            np.testing.assert_array_equal(batch["query_positions"][row][in_text], np.arange(in_text.sum()))
-            seen.append(j)
-        assert position == len(seen)
-    assert seen == list(range(200))  # every pair once, in stream order
+    batch = _batch(k=k)
+    packed = pack_batch(batch, devices=devices, max_segments=3, row_multiple=2)
+    for key in ("query_id", "doc_id", *(("negative_ids",) if k else ())):
+        np.testing.assert_array_equal(packed[key], batch[key])  # the pairs and their order are the batch's
+    rows_q, rows_d = packed["query_tokens"].shape[0], packed["doc_tokens"].shape[0]
+    assert rows_q % (2 * devices) == 0 and rows_d % (2 * devices) == 0
+    assert packed["query_segment_ids"].max() <= 3 and packed["doc_segment_ids"].max() <= 3
+    per = 32 // devices
+    for i in range(32):
+        device = i // per
+        for prefix, slot, text, rows in (
+            ("query", packed["query_slot"][i], batch["query_tokens"][i], rows_q),
+            ("doc", packed["doc_slot"][i], batch["doc_tokens"][i], rows_d),
+            *[("doc", packed["negative_slot"][i, n], batch["negative_tokens"][i, n], rows_d) for n in range(k)],
+        ):
+            np.testing.assert_array_equal(_read(packed, prefix, slot, 3), _real(text))
+            row = int(slot) // 3
+            assert device * rows // devices <= row < (device + 1) * rows // devices  # its device's block
+            in_text = packed[f"{prefix}_segment_ids"][row] == int(slot) % 3 + 1
+            np.testing.assert_array_equal(packed[f"{prefix}_positions"][row][in_text], np.arange(in_text.sum()))
+    slots = np.concatenate([packed["doc_slot"], packed["negative_slot"].ravel()] if k else [packed["doc_slot"]])
+    assert len(set(slots.tolist())) == len(slots) and len(set(packed["query_slot"].tolist())) == 32
 
 
-def test_the_packer_resumes_from_a_stream_position_with_the_same_batches():
-    from samtone_jax.data.packing import PackingBudget, pack_pairs
+def test_packing_is_a_function_of_the_batch_and_mostly_real_tokens():
+    from samtone_jax.data.packing import pack_batch
 
-    budget = PackingBudget(max_pairs=32, query_rows=6, query_length=12, doc_rows=10, doc_length=20, max_segments=4)
-    stream = _stream(300, seed=3)
-    straight = list(pack_pairs(stream, budget))
-    position = straight[3][1]
-    resumed = list(pack_pairs(stream[position:], budget, start=position))
-    assert len(resumed) == len(straight) - 4
-    for (a, pa), (b, pb) in zip(straight[4:], resumed, strict=True):
-        assert pa == pb and a.keys() == b.keys()
-        for key in a:
-            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    batch = _batch(seed=5, b=256, lq=32, ld=48, short=16)  # queries of ≤ 16 tokens of 32, as on real data
+    a, b = pack_batch(batch, 1, max_segments=8), pack_batch({k: v.copy() for k, v in batch.items()}, 1, max_segments=8)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    for prefix in ("query", "doc"):
+        real = (a[f"{prefix}_segment_ids"] > 0).mean()
+        unpacked = (batch[f"{prefix}_tokens"] > 0).mean()
+        assert real > 0.95 and real > unpacked, (prefix, real, unpacked)  # first-fit decreasing fills rows
 
 
-def test_packed_rows_are_mostly_real_tokens_and_the_pair_limit_holds():
-    from samtone_jax.data.packing import PackingBudget, pack_pairs
-
-    budget = PackingBudget(max_pairs=64, query_rows=24, query_length=32, doc_rows=24, doc_length=48, max_segments=8)
-    batches = [b for b, _ in pack_pairs(_stream(2000, seed=4, max_q=20, max_d=30), budget)][:-1]  # the last: a tail
-    real = [(b["query_segment_ids"] > 0).mean() for b in batches] + [(b["doc_segment_ids"] > 0).mean() for b in batches]
-    assert np.mean(real) > 0.5  # whichever side closes the batch is nearly full
-    assert max(max((b["query_segment_ids"] > 0).mean(), (b["doc_segment_ids"] > 0).mean()) for b in batches) > 0.9
-    assert all(b["pair_mask"].sum() <= 64 for b in batches)
-
-
-def test_a_pair_that_cannot_fit_an_empty_batch_names_the_budget():
-    from samtone_jax.data.packing import PackingBudget, pack_pairs
+def test_a_text_longer_than_its_row_or_a_bad_budget_is_named():
+    from samtone_jax.data.packing import assign_rows, pack_batch
     from samtone_jax.errors import BadValueError
 
-    budget = PackingBudget(4, query_rows=1, query_length=12, doc_rows=2, doc_length=4, max_segments=2, num_negatives=2)
-    three = np.array([5, 6, 1], np.int32)
-    pair = dict(_stream(1)[0], doc_tokens=three, negative_tokens=[three, three], negative_ids=np.array([7, 8]))
-    with pytest.raises(BadValueError, match=r"stream position 0: one pair .*2 × 4 document tokens, 2 texts a row"):
-        list(pack_pairs([pair], budget))
-    long = [dict(_stream(1)[0], query_tokens=np.ones(13, np.int32))]
-    with pytest.raises(BadValueError, match="query_tokens of 13 tokens is longer than its row \\(12\\)"):
-        list(pack_pairs(long, dataclasses.replace(budget, num_negatives=0)))
+    with pytest.raises(BadValueError, match=r"a text of 13 tokens is longer than its row \(12\)"):
+        assign_rows(np.array([3, 13]), 12, 4)
+    with pytest.raises(BadValueError, match="a batch of 32 pairs does not split over 3 devices"):
+        pack_batch(_batch(), devices=3, max_segments=4)
+    with pytest.raises(BadValueError, match="max_segments"):
+        pack_batch(_batch(), devices=1, max_segments=0)
+
+
+# The packed train step (train.make_train_step with a packed batch).
+
+
+def _step(model, mesh, batch, chunk=None, max_segments=None):
+    from samtone_jax import gin_utils, partitioning, train
+
+    tx, schedule = train.adafactor(learning_rate=1e-2, train_steps=10)
+    state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
+    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk, gin_utils.contrastive_loss, max_segments))
+    new_state, metrics = step(state, partitioning.host_to_global(mesh, batch))
+    return jax.device_get(new_state["params"]), jax.device_get(metrics)
+
+
+@pytest.fixture
+def gin_samtone():
+    from samtone_jax import configurables
+
+    configurables.parse(["losses/samtone_both.gin"], ["TEMPERATURE = 0.05"])
+    yield
+    configurables.parse([], [])
+
+
+@pytest.mark.slow
+def test_the_packed_step_equals_the_unpacked_step_sharded_and_with_grad_cache(gin_samtone):
+    """Same pairs, packed on 8 devices (plain and GradCache) vs unpacked on one: the same loss,
+    metrics and updated parameters (dropout off: packed rows draw their masks per row)."""
+    from samtone_jax import partitioning, train
+    from samtone_jax.data.packing import pack_batch
+
+    if jax.device_count() < 8:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    model = DualEncoder(TINY, "ade_spl", projection_dim=16, identical_tower_init=False)
+    raw = _batch(seed=7, b=64, k=2, short=5)
+    batch = train.model_features(dict(raw, query_id=np.arange(64) % 40))  # duplicates, to be masked
+    packed = pack_batch(batch, devices=8, max_segments=4, row_multiple=2)
+    assert packed["query_tokens"].shape[0] < 64 and packed["doc_tokens"].shape[0] < 64 * 3  # fewer rows than texts
+    one = partitioning.create_mesh(devices=jax.devices()[:1])
+    reference_params, reference = _step(model, one, batch)
+    eight = partitioning.create_mesh()
+    for chunk in (None, 1):
+        params, metrics = _step(model, eight, packed, chunk=chunk, max_segments=4)
+        for key in ("loss", "accuracy", "positive_similarity", "masked_fraction", "grad_norm"):
+            np.testing.assert_allclose(metrics[key], reference[key], rtol=2e-5, err_msg=f"{key} chunk={chunk}")
+        for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(reference_params), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert reference["masked_fraction"] > 0

@@ -1,176 +1,137 @@
-"""Packing contrastive pairs into rows: several texts per row up to a token budget (T5X's
-convention: `*_segment_ids` 1, 2, ... per text and 0 for padding, `*_positions` from 0 in each
-text), with every shape static.
+"""Packing a contrastive batch into rows: several texts per row (T5X's convention: `*_segment_ids`
+1, 2, ... per text and 0 for padding, `*_positions` counting from 0 in each text).
 
-A packed batch holds at most `max_pairs` pairs. Queries go into `query_rows` rows of
-`query_length` tokens; documents and their hard negatives into `doc_rows` rows of `doc_length`;
-a row holds at most `max_segments` texts. Pairs are taken from the stream in order and placed
-first-fit; the first pair that does not fit (or the `max_pairs`-th) closes the batch, so a batch
-is a deterministic function of the stream and of where it starts. Texts are never split across
-rows: the feature converter has already truncated each one to its row length (and counted it).
+The batch keeps its pairs: the same B pairs as unpacked, in the same order, so the loss, the ids
+and resuming (step k = batch k of the pipeline) are exactly what they are without packing. Only
+the token arrays change: each data-parallel device's pairs (a contiguous block of B / D, as the
+batch is sharded) are packed into that device's own rows — its queries into query rows, its
+documents and hard negatives into document rows — first-fit decreasing, at most `max_segments`
+texts a row. `query_slot` / `doc_slot` [B] and `negative_slot` [B, K] say where each text went:
+an index into the flattened [rows · max_segments] output of DualEncoder.encode_packed, global
+over the devices' row blocks.
 
-Where each pair's texts landed: `query_slot` / `doc_slot` [max_pairs] and `negative_slot`
-[max_pairs, K] index the flattened [rows · max_segments] slots of the encoder's packed output
-(DualEncoder.encode_packed), so row i of the contrastive batch is pair i of the stream whatever
-rows its texts were packed into. `pair_mask` [max_pairs] is 1 for a real pair, 0 for an empty
-slot (its ids are -1; the loss leaves it out of every term).
+Shapes stay static: the row count per device is the largest any device needs, rounded up to a
+multiple of `row_multiple`, so a run compiles once per row count it meets (a few: the batches'
+token totals vary little) and never fails for a long batch. Texts are never split across rows;
+the feature converter has already truncated each one to its row length and counted it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 from samtone_jax.errors import BadValueError
 
+PAD_ID = 0
+
 
 @dataclasses.dataclass(frozen=True)
-class PackingBudget:
-    """The static shapes of a packed batch (see the module docstring)."""
+class Packed:
+    """One side's packed rows and where each text went (flat slot index)."""
 
-    max_pairs: int
-    query_rows: int
-    query_length: int
-    doc_rows: int
-    doc_length: int
-    max_segments: int
-    num_negatives: int = 0
-
-    def __post_init__(self):
-        for name in ("max_pairs", "query_rows", "query_length", "doc_rows", "doc_length", "max_segments"):
-            if getattr(self, name) < 1:
-                raise BadValueError(f"packing budget: {name} = {getattr(self, name)} must be ≥ 1")
-        if self.num_negatives < 0:
-            raise BadValueError(f"packing budget: num_negatives = {self.num_negatives} must be ≥ 0")
-        if 1 + self.num_negatives > self.doc_rows * self.max_segments:
-            raise BadValueError(
-                f"packing budget: a pair's document and {self.num_negatives} negatives need "
-                f"{1 + self.num_negatives} document slots, more than doc_rows × max_segments = "
-                f"{self.doc_rows} × {self.max_segments}"
-            )
+    tokens: np.ndarray  # [rows, length] int32
+    segment_ids: np.ndarray  # [rows, length] int32, 1..max_segments per text, 0 = padding
+    positions: np.ndarray  # [rows, length] int32
+    slots: np.ndarray  # [texts] int32: row · max_segments + index in the row
 
 
-class _Rows:
-    """`rows` rows of `length` tokens being filled first-fit, at most `segments` texts each."""
-
-    def __init__(self, rows: int, length: int, segments: int):
-        self.tokens = np.zeros((rows, length), np.int32)
-        self.segment_ids = np.zeros((rows, length), np.int32)
-        self.positions = np.zeros((rows, length), np.int32)
-        self.used = np.zeros(rows, np.int64)  # tokens used per row
-        self.count = np.zeros(rows, np.int64)  # texts per row
-        self.length, self.segments = length, segments
-
-    def find(self, sizes: list[int]) -> list[int] | None:
-        """Rows for texts of `sizes` placed one after the other first-fit, or None if one does not fit."""
-        used, count, where = self.used.copy(), self.count.copy(), []
-        for n in sizes:
-            fits = np.flatnonzero((used + n <= self.length) & (count < self.segments))
-            if not len(fits):
-                return None
-            row = int(fits[0])
-            used[row] += n
-            count[row] += 1
-            where.append(row)
-        return where
-
-    def put(self, text: np.ndarray, row: int) -> int:
-        """Write `text` at the end of `row`; returns its slot (row · segments + its index in the row)."""
-        at, n, index = int(self.used[row]), len(text), int(self.count[row])
-        self.tokens[row, at : at + n] = text
-        self.segment_ids[row, at : at + n] = index + 1
-        self.positions[row, at : at + n] = np.arange(n)
-        self.used[row] += n
-        self.count[row] += 1
-        return row * self.segments + index
+def _lengths(texts: np.ndarray) -> np.ndarray:
+    """Real tokens per text of [n, L] zero-padded ids (a text is its ids up to the last non-zero)."""
+    nonzero = texts != PAD_ID
+    return np.where(nonzero.any(axis=1), texts.shape[1] - np.argmax(nonzero[:, ::-1], axis=1), 0)
 
 
-def _text(example: dict, key: str, length: int, where: str) -> np.ndarray:
-    text = np.asarray(example[key], np.int32)
-    text = text[text != 0]  # the converter's padding, if any
-    if len(text) > length:
-        raise BadValueError(
-            f"{where}: a {key} of {len(text)} tokens is longer than its row ({length}); it must be truncated "
-            "before packing (the feature converter does)"
-        )
-    if not len(text):
-        raise BadValueError(f"{where}: an empty {key} (a text is at least its EOS token)")
-    return text
+def assign_rows(lengths: np.ndarray, length: int, max_segments: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(row, index in row) per text and the rows used: first-fit decreasing (longest first, each into
+    the first row with room for it and fewer than `max_segments` texts; ties by position)."""
+    if len(lengths) and lengths.max() > length:
+        raise BadValueError(f"a text of {lengths.max()} tokens is longer than its row ({length}): truncate it first")
+    order = np.argsort(-lengths, kind="stable")
+    used = np.zeros(len(lengths), np.int64)  # at most one row per text
+    count = np.zeros(len(lengths), np.int64)
+    row, index = np.zeros(len(lengths), np.int64), np.zeros(len(lengths), np.int64)
+    rows = 0
+    for t in order:
+        fits = np.flatnonzero((used[:rows] + lengths[t] <= length) & (count[:rows] < max_segments))
+        r = int(fits[0]) if len(fits) else rows
+        rows = max(rows, r + 1)
+        row[t], index[t] = r, count[r]
+        used[r] += lengths[t]
+        count[r] += 1
+    return row, index, rows
 
 
-def pack_pairs(examples: Iterable[dict], budget: PackingBudget, start: int = 0) -> Iterator[tuple[dict, int]]:
-    """(packed batch, stream position after it) for the examples of the stream from position `start`
-    on. An example: `query_tokens`, `doc_tokens` (EOS-terminated ids; zero padding ignored),
-    optionally `negative_tokens` [K, L], and the ids `query_id`, `doc_id`, `negative_ids`."""
-    b, k = budget, budget.num_negatives
-    position, batch, pending = start, None, None
-    stream = iter(examples)
-    while True:
-        if pending is None:
-            example = next(stream, None)
-            if example is None:
-                if batch is not None and batch["pairs"]:
-                    yield _finish(batch, b), position
-                return
-            where = f"stream position {position}"
-            q = _text(example, "query_tokens", b.query_length, where)
-            docs = [_text(example, "doc_tokens", b.doc_length, where)]
-            if k:
-                negatives = list(example["negative_tokens"])[:k]  # [K, L] padded, or K ragged texts
-                docs += [_text({"negative_tokens": n}, "negative_tokens", b.doc_length, where) for n in negatives]
-            pending = (example, q, docs)
-        if batch is None:
-            batch = _empty(b)
-        example, q, docs = pending
-        q_row = batch["queries"].find([len(q)])
-        d_rows = batch["documents"].find([len(d) for d in docs])
-        if q_row is None or d_rows is None or batch["pairs"] == b.max_pairs:
-            if not batch["pairs"]:
-                raise BadValueError(
-                    f"stream position {position}: one pair ({len(q)} query tokens, {[len(d) for d in docs]} "
-                    f"document tokens) does not fit an empty batch of {b.query_rows} × {b.query_length} query and "
-                    f"{b.doc_rows} × {b.doc_length} document tokens, {b.max_segments} texts a row"
-                )
-            yield _finish(batch, b), position
-            batch = None
-            continue
-        i = batch["pairs"]
-        batch["query_slot"][i] = batch["queries"].put(q, q_row[0])
-        slots = [batch["documents"].put(d, row) for d, row in zip(docs, d_rows, strict=True)]
-        batch["doc_slot"][i] = slots[0]
-        if k:
-            batch["negative_slot"][i] = slots[1:]
-            batch["negative_ids"][i] = np.asarray(example["negative_ids"])[:k]
-        batch["query_id"][i], batch["doc_id"][i] = example["query_id"], example["doc_id"]
-        batch["pair_mask"][i] = 1
-        batch["pairs"] += 1
-        position += 1
-        pending = None
+def write_rows(texts: np.ndarray, lengths, row, index, rows: int, max_segments: int) -> Packed:
+    """The texts [n, L] written into `rows` rows at (row, index), in index order within each row."""
+    length = texts.shape[1]
+    tokens, segment_ids, positions = (np.zeros((rows, length), np.int32) for _ in range(3))
+    at = np.zeros(rows, np.int64)
+    for t in np.lexsort((index, row)):  # by row, then by index: each text after the earlier ones
+        r, n = row[t], lengths[t]
+        tokens[r, at[r] : at[r] + n] = texts[t, :n]
+        segment_ids[r, at[r] : at[r] + n] = index[t] + 1
+        positions[r, at[r] : at[r] + n] = np.arange(n)
+        at[r] += n
+    return Packed(tokens, segment_ids, positions, (row * max_segments + index).astype(np.int32))
 
 
-def _empty(b: PackingBudget) -> dict:
-    batch = {
-        "queries": _Rows(b.query_rows, b.query_length, b.max_segments),
-        "documents": _Rows(b.doc_rows, b.doc_length, b.max_segments),
-        "pairs": 0,
-        "query_slot": np.zeros(b.max_pairs, np.int32),
-        "doc_slot": np.zeros(b.max_pairs, np.int32),
-        "pair_mask": np.zeros(b.max_pairs, np.int32),
-        "query_id": np.full(b.max_pairs, -1, np.int64),
-        "doc_id": np.full(b.max_pairs, -1, np.int64),
-    }
-    if b.num_negatives:
-        batch["negative_slot"] = np.zeros((b.max_pairs, b.num_negatives), np.int32)
-        batch["negative_ids"] = np.full((b.max_pairs, b.num_negatives), -1, np.int64)
-    return batch
+def pack_sides(blocks: list[np.ndarray], max_segments: int, row_multiple: int, agree=None) -> Packed:
+    """Pack each block of texts ([n_i, L], one block per device) into its own rows, every block the
+    same row count R (the largest needed, rounded up to `row_multiple`; `agree`(R) -> the count all
+    hosts use, for a global array); rows concatenated in block order and slots global (block i's
+    rows are rows i·R .. (i+1)·R − 1)."""
+    length = blocks[0].shape[1]
+    placed = []
+    for texts in blocks:
+        lengths = _lengths(texts)
+        placed.append((texts, lengths, *assign_rows(lengths, length, max_segments)))
+    rows = max(p[4] for p in placed)
+    rows = -(-rows // row_multiple) * row_multiple
+    rows = agree(rows) if agree else rows
+    parts = [write_rows(texts, lengths, row, index, rows, max_segments) for texts, lengths, row, index, _ in placed]
+    offsets = np.arange(len(parts)) * rows * max_segments
+    return Packed(
+        np.concatenate([p.tokens for p in parts]),
+        np.concatenate([p.segment_ids for p in parts]),
+        np.concatenate([p.positions for p in parts]),
+        np.concatenate([p.slots + o for p, o in zip(parts, offsets, strict=True)]).astype(np.int32),
+    )
 
 
-def _finish(batch: dict, b: PackingBudget) -> dict:
-    out = {k: v for k, v in batch.items() if k not in ("queries", "documents", "pairs")}
-    for prefix, rows in (("query", batch["queries"]), ("doc", batch["documents"])):
-        out[f"{prefix}_tokens"] = rows.tokens
-        out[f"{prefix}_segment_ids"] = rows.segment_ids
-        out[f"{prefix}_positions"] = rows.positions
+def pack_batch(
+    batch: dict[str, np.ndarray], devices: int, max_segments: int, row_multiple: int = 1, agree=None
+) -> dict:
+    """A batch of model features (query_tokens [B, Lq], doc_tokens [B, Ld], negative_tokens
+    [B, K, Ld], ids) -> the packed batch: the ids unchanged; query_/doc_ tokens, segment_ids and
+    positions [devices · R, L]; query_slot, doc_slot [B]; negative_slot [B, K]. See the module
+    docstring. `agree`: as in pack_sides."""
+    if max_segments < 1 or row_multiple < 1:
+        raise BadValueError(f"packing: max_segments ({max_segments}) and row_multiple ({row_multiple}) must be ≥ 1")
+    b = batch["query_tokens"].shape[0]
+    if b % devices:
+        raise BadValueError(f"packing: a batch of {b} pairs does not split over {devices} devices")
+    per = b // devices
+    out = {k: v for k, v in batch.items() if k not in ("query_tokens", "doc_tokens", "negative_tokens")}
+    queries = pack_sides(np.split(batch["query_tokens"], devices), max_segments, row_multiple, agree)
+    docs = [batch["doc_tokens"]]
+    k = 0
+    if "negative_tokens" in batch:
+        k = batch["negative_tokens"].shape[1]
+        docs.append(batch["negative_tokens"].reshape(b * k, -1))
+    # Device i's document block: its documents, then its pairs' negatives.
+    blocks = [
+        np.concatenate([docs[0][i * per : (i + 1) * per]] + [n[i * per * k : (i + 1) * per * k] for n in docs[1:]])
+        for i in range(devices)
+    ]
+    documents = pack_sides(blocks, max_segments, row_multiple, agree)
+    slots = documents.slots.reshape(devices, per * (1 + k))
+    for prefix, packed in (("query", queries), ("doc", documents)):
+        out[f"{prefix}_tokens"], out[f"{prefix}_segment_ids"] = packed.tokens, packed.segment_ids
+        out[f"{prefix}_positions"] = packed.positions
+    out["query_slot"] = queries.slots
+    out["doc_slot"] = slots[:, :per].reshape(b)
+    if k:
+        out["negative_slot"] = slots[:, per:].reshape(b, k)
     return out

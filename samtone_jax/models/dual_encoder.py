@@ -49,10 +49,10 @@ def segment_mean_pool(hidden: jax.Array, segment_ids: jax.Array, num_segments: i
 
 
 def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
-    """Row-wise x / max(||x||, eps), in float32 (a zero row stays zero)."""
+    """Row-wise x / max(||x||, eps), in float32 (a zero row stays zero, with a zero gradient: the max
+    is taken before the square root, whose derivative at 0 would be infinite)."""
     x = x.astype(jnp.float32)
-    norm = jnp.sqrt(jnp.sum(jnp.square(x), axis=-1, keepdims=True))
-    return x / jnp.maximum(norm, eps)
+    return x / jnp.sqrt(jnp.maximum(jnp.sum(jnp.square(x), axis=-1, keepdims=True), eps * eps))
 
 
 class Projection(nn.Module):
