@@ -108,16 +108,19 @@ def test_a_bad_schedule_names_the_gin_setting(field, value, message):
         loop.Schedule(train_steps=2, global_batch=1, gin_name="train_adore", **{field: value})
 
 
-# Both real modes through loop.run: SIGTERM after step 2 checkpoints and exits 0; the rerun resumes
-# there and ends with the parameters of the uninterrupted run, bit for bit.
+# Both real modes (and train with packed batches) through loop.run: SIGTERM after step 2
+# checkpoints and exits 0; the rerun resumes there and ends with the parameters of the
+# uninterrupted run, bit for bit.
 
 
 def _mode_argv(mode, model_dir, init, vocab_path, steps):
     from conftest import tiny_train_argv
 
-    if mode == "train":
-        argv = tiny_train_argv(model_dir, vocab_path, steps=steps, extra=["--gin.train.checkpoint_every=100"])
-        return [*argv, "--gin.DROPOUT_RATE=0.1"]
+    if mode.startswith("train-packed") or mode == "train":
+        extra = ["--gin.train.checkpoint_every=100", "--gin.DROPOUT_RATE=0.1"]
+        if mode == "train-packed":
+            extra += ["--gin.train.packing=True", "--gin.train.packing_max_segments=4"]
+        return tiny_train_argv(model_dir, vocab_path, steps=steps, extra=extra)
     return [
         "train-adore",
         "--gin_file=runs/adore.gin",
@@ -135,7 +138,7 @@ def _mode_argv(mode, model_dir, init, vocab_path, steps):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["train", "train-adore"])
+@pytest.mark.parametrize("mode", ["train", "train-packed", "train-adore"])
 def test_both_modes_stop_on_sigterm_and_resume_to_the_uninterrupted_parameters(
     mode, trained_run, wordnet_data, tmp_path, monkeypatch, caplog
 ):
