@@ -99,7 +99,7 @@ def run(
         checkpointer = TrainCheckpointer(
             model_dir / "checkpoints", schedule.checkpoint_every, schedule.keep_checkpoints
         )
-        cleanup.callback(checkpointer.close)  # last: waits for a save in flight
+        cleanup.callback(checkpointer.close)  # after the progress logger: waits for a save in flight
         state = init_state(checkpointer.latest_step() is None)
         state, start = checkpointer.restore_latest(state, on_corrupt=schedule.on_corrupt_checkpoint)
         if start:
@@ -112,13 +112,16 @@ def run(
         for number in range(start + 1, schedule.train_steps + 1):
             state, metrics = step(state, next(source))
             progress.record(number, metrics)  # raises on a non-finite loss, naming the last good checkpoint
+            stop = should_stop(number) and number < schedule.train_steps
+            if stop or number % schedule.checkpoint_every == 0:
+                progress.flush()  # the loss checked finite before its state is saved
             checkpointer.maybe_save(number, state)
-            if evaluate and schedule.eval_every and number % schedule.eval_every == 0:
-                progress.write_eval(number, evaluate(state))
-            if should_stop(number) and number < schedule.train_steps:
+            if stop:  # before any eval: a preempted host has seconds, not minutes
                 checkpointer.save(number, state, force=True)
                 log.warning("preempted: saved step %d; rerun the same command to resume", number)
                 break
+            if evaluate and schedule.eval_every and number % schedule.eval_every == 0:
+                progress.write_eval(number, evaluate(state))
         else:
             checkpointer.save(schedule.train_steps, state, force=True)
         if jax.process_index() == 0:

@@ -344,7 +344,12 @@ def train(
             return {k: v for evaluator in evaluators for k, v in evaluator(state).items()}
 
         return loop.run(
-            model_dir, schedule, init_state=init_state, batches=batches, step=step, evaluate=evaluators and evaluate
+            model_dir,
+            schedule,
+            init_state=init_state,
+            batches=batches,
+            step=step,
+            evaluate=evaluate if evaluators else None,
         )
 
 
@@ -365,10 +370,12 @@ def _packer(packing: bool, max_segments: int, row_multiple: int, chunk: int | No
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
-        def agree(rows: int) -> int:
-            return int(np.max(multihost_utils.process_allgather(np.int32(rows))))
+        def agree(rows: tuple[int, int]) -> tuple[int, int]:
+            q, d = np.max(multihost_utils.process_allgather(np.asarray(rows, np.int32)), axis=0)
+            return int(q), int(d)
 
-    return lambda features: pack_batch(features, devices, max_segments, multiple, agree)
+    host = jax.process_index()
+    return lambda features: pack_batch(features, devices, max_segments, multiple, agree, host)
 
 
 def _evaluate(eval_fn, state, dataset, task, split, mesh, num_batches, id_masking):

@@ -13,6 +13,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # without optimisation compiles them 2-3x faster here (a tiny T5 step with dropout: 20 s -> 9 s)
 # and they run as fast; runs compared with each other are compiled alike (tests/test_train_loop.py).
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
+# The same for the steps tests jit themselves (test_train_step, test_packing): an 8-device tiny
+# train step compiles in 14 s instead of 43 s and runs as fast (0.23 s vs 0.34 s, measured here).
+FAST_COMPILE = {"xla_backend_optimization_level": 0}
 # Eight simulated CPU devices for the sharding tests; must be set before jax is imported.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -9,16 +9,18 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
+from conftest import FAST_COMPILE
 
 from samtone_jax.models import DualEncoder, T5Config, init_params
 from samtone_jax.models.layout import ARCHITECTURES
 
-LENGTH = 16
+LENGTH = 48  # distances up to 47: T5's exact and log-spaced buckets (and their boundaries)
 TINY = T5Config(vocab_size=64, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=48, num_layers=2)
 # Rows of text lengths, packed by hand: a text filling its row, a row of one text, rows of several
 # texts of very different lengths, and one with free room at the end (padding).
-ROWS = [[16], [3, 7, 1], [5], [2, 9, 4]]
+ROWS = [[48], [3, 7, 1], [5], [2, 9, 4], [30, 17]]
 
 
 def _texts(seed=0):
@@ -113,6 +115,7 @@ def test_the_packer_keeps_every_text_whole_and_on_its_own_devices_rows(k, device
     from samtone_jax.data.packing import pack_batch
 
     batch = _batch(k=k)
+    batch["query_tokens"][5] = 0  # an empty text: a slot of no tokens (it embeds to zeros, as unpacked)
     packed = pack_batch(batch, devices=devices, max_segments=3, row_multiple=2)
     for key in ("query_id", "doc_id", *(("negative_ids",) if k else ())):
         np.testing.assert_array_equal(packed[key], batch[key])  # the pairs and their order are the batch's
@@ -165,13 +168,24 @@ def test_a_text_longer_than_its_row_or_a_bad_budget_is_named():
 
 
 def _step(model, mesh, batch, chunk=None, max_segments=None):
+    """(parameters after one SGD step of rate 1 from the initial state = params − gradient, metrics):
+    comparing them compares the gradients themselves."""
     from samtone_jax import gin_utils, partitioning, train
 
-    tx, schedule = train.adafactor(learning_rate=1e-2, train_steps=10)
+    tx = optax.sgd(1.0)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
-    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk, gin_utils.contrastive_loss, max_segments))
+    step = train.make_train_step(model, tx, lambda _: 1.0, mesh, chunk, gin_utils.contrastive_loss, max_segments)
+    step = jax.jit(step, compiler_options=FAST_COMPILE)
     new_state, metrics = step(state, partitioning.host_to_global(mesh, batch))
     return jax.device_get(new_state["params"]), jax.device_get(metrics)
+
+
+def _assert_same_step(a, b, what):
+    (params_a, metrics_a), (params_b, metrics_b) = a, b
+    for key in ("loss", "accuracy", "positive_similarity", "masked_fraction", "grad_norm"):
+        np.testing.assert_allclose(metrics_a[key], metrics_b[key], rtol=2e-5, err_msg=f"{key}: {what}")
+    for x, y in zip(jax.tree_util.tree_leaves(params_a), jax.tree_util.tree_leaves(params_b), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6, err_msg=what)
 
 
 @pytest.fixture
@@ -198,12 +212,29 @@ def test_the_packed_step_equals_the_unpacked_step_sharded_and_with_grad_cache(gi
     packed = pack_batch(batch, devices=8, max_segments=4, row_multiple=2)
     assert packed["query_tokens"].shape[0] < 64 and packed["doc_tokens"].shape[0] < 64 * 3  # fewer rows than texts
     one = partitioning.create_mesh(devices=jax.devices()[:1])
-    reference_params, reference = _step(model, one, batch)
+    reference = _step(model, one, batch)
+    assert reference[1]["masked_fraction"] > 0
     eight = partitioning.create_mesh()
-    for chunk in (None, 1):
-        params, metrics = _step(model, eight, packed, chunk=chunk, max_segments=4)
-        for key in ("loss", "accuracy", "positive_similarity", "masked_fraction", "grad_norm"):
-            np.testing.assert_allclose(metrics[key], reference[key], rtol=2e-5, err_msg=f"{key} chunk={chunk}")
-        for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(reference_params), strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-    assert reference["masked_fraction"] > 0
+    _assert_same_step(_step(model, eight, packed, max_segments=4), reference, "packed on 8 devices")
+    _assert_same_step(_step(model, eight, packed, chunk=1, max_segments=4), reference, "packed + GradCache")
+    # Dropout on: GradCache re-draws each packed row's mask from its row index, as the plain step.
+    dropout = model.clone(config=dataclasses.replace(TINY, dropout_rate=0.2))
+    plain = _step(dropout, eight, packed, max_segments=4)
+    _assert_same_step(_step(dropout, eight, packed, chunk=1, max_segments=4), plain, "dropout, GradCache")
+    assert abs(plain[1]["loss"] - reference[1]["loss"]) > 1e-4  # the masks are really on
+
+
+def test_hosts_packing_their_own_pairs_build_the_one_hosts_global_batch():
+    """Two hosts of two devices, each packing its half with the agreed row counts, give exactly the
+    arrays one host of four devices packs (slots count from each host's first global row)."""
+    from samtone_jax.data.packing import pack_batch
+
+    batch = _batch(seed=9, b=32, k=1)
+    whole = pack_batch(batch, devices=4, max_segments=3, row_multiple=2)
+    agreed = (whole["query_tokens"].shape[0] // 4, whole["doc_tokens"].shape[0] // 4)
+    halves = [
+        pack_batch({k: v[h * 16 : (h + 1) * 16] for k, v in batch.items()}, 2, 3, 2, lambda _: agreed, h)
+        for h in (0, 1)
+    ]
+    for key in whole:
+        np.testing.assert_array_equal(np.concatenate([h[key] for h in halves]), whole[key], err_msg=key)

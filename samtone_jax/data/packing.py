@@ -77,21 +77,20 @@ def write_rows(texts: np.ndarray, lengths, row, index, rows: int, max_segments: 
     return Packed(tokens, segment_ids, positions, (row * max_segments + index).astype(np.int32))
 
 
-def pack_sides(blocks: list[np.ndarray], max_segments: int, row_multiple: int, agree=None) -> Packed:
-    """Pack each block of texts ([n_i, L], one block per device) into its own rows, every block the
-    same row count R (the largest needed, rounded up to `row_multiple`; `agree`(R) -> the count all
-    hosts use, for a global array); rows concatenated in block order and slots global (block i's
-    rows are rows i·R .. (i+1)·R − 1)."""
-    length = blocks[0].shape[1]
+def _place(blocks: list[np.ndarray], max_segments: int) -> tuple[list, int]:
+    """(per block: texts, lengths, row, index), the most rows any block needs."""
     placed = []
     for texts in blocks:
         lengths = _lengths(texts)
-        placed.append((texts, lengths, *assign_rows(lengths, length, max_segments)))
-    rows = max(p[4] for p in placed)
-    rows = -(-rows // row_multiple) * row_multiple
-    rows = agree(rows) if agree else rows
-    parts = [write_rows(texts, lengths, row, index, rows, max_segments) for texts, lengths, row, index, _ in placed]
-    offsets = np.arange(len(parts)) * rows * max_segments
+        placed.append((texts, lengths, *assign_rows(lengths, texts.shape[1], max_segments)))
+    return [p[:4] for p in placed], max(p[4] for p in placed)
+
+
+def _write(placed: list, rows: int, max_segments: int, first_row: int) -> Packed:
+    """Each block's texts into its own `rows` rows, blocks concatenated; slots global, counting from
+    row `first_row` (this host's first row of the global array)."""
+    parts = [write_rows(texts, lengths, row, index, rows, max_segments) for texts, lengths, row, index in placed]
+    offsets = (first_row + np.arange(len(parts)) * rows) * max_segments
     return Packed(
         np.concatenate([p.tokens for p in parts]),
         np.concatenate([p.segment_ids for p in parts]),
@@ -101,35 +100,50 @@ def pack_sides(blocks: list[np.ndarray], max_segments: int, row_multiple: int, a
 
 
 def pack_batch(
-    batch: dict[str, np.ndarray], devices: int, max_segments: int, row_multiple: int = 1, agree=None
+    batch: dict[str, np.ndarray],
+    devices: int,
+    max_segments: int,
+    row_multiple: int = 1,
+    agree=None,
+    host_index: int = 0,
 ) -> dict:
     """A batch of model features (query_tokens [B, Lq], doc_tokens [B, Ld], negative_tokens
     [B, K, Ld], ids) -> the packed batch: the ids unchanged; query_/doc_ tokens, segment_ids and
     positions [devices · R, L]; query_slot, doc_slot [B]; negative_slot [B, K]. See the module
-    docstring. `agree`: as in pack_sides."""
+    docstring.
+
+    With several hosts, each packs its own pairs for its `devices`: `agree`((Rq, Rd)) returns the row
+    counts every host uses (the largest), and `host_index` places this host's rows in the global
+    array (its slots count from row host_index · devices · R)."""
     if max_segments < 1 or row_multiple < 1:
         raise BadValueError(f"packing: max_segments ({max_segments}) and row_multiple ({row_multiple}) must be ≥ 1")
     b = batch["query_tokens"].shape[0]
     if b % devices:
         raise BadValueError(f"packing: a batch of {b} pairs does not split over {devices} devices")
     per = b // devices
-    out = {k: v for k, v in batch.items() if k not in ("query_tokens", "doc_tokens", "negative_tokens")}
-    queries = pack_sides(np.split(batch["query_tokens"], devices), max_segments, row_multiple, agree)
-    docs = [batch["doc_tokens"]]
-    k = 0
-    if "negative_tokens" in batch:
-        k = batch["negative_tokens"].shape[1]
-        docs.append(batch["negative_tokens"].reshape(b * k, -1))
+    k = batch["negative_tokens"].shape[1] if "negative_tokens" in batch else 0
+    documents = [batch["doc_tokens"]]
+    if k:
+        documents.append(batch["negative_tokens"].reshape(b * k, -1))
     # Device i's document block: its documents, then its pairs' negatives.
-    blocks = [
-        np.concatenate([docs[0][i * per : (i + 1) * per]] + [n[i * per * k : (i + 1) * per * k] for n in docs[1:]])
+    doc_blocks = [
+        np.concatenate(
+            [documents[0][i * per : (i + 1) * per]] + [n[i * per * k : (i + 1) * per * k] for n in documents[1:]]
+        )
         for i in range(devices)
     ]
-    documents = pack_sides(blocks, max_segments, row_multiple, agree)
-    slots = documents.slots.reshape(devices, per * (1 + k))
-    for prefix, packed in (("query", queries), ("doc", documents)):
+    placed_q, rows_q = _place(np.split(batch["query_tokens"], devices), max_segments)
+    placed_d, rows_d = _place(doc_blocks, max_segments)
+    rows_q, rows_d = (-(-r // row_multiple) * row_multiple for r in (rows_q, rows_d))
+    if agree is not None:
+        rows_q, rows_d = agree((rows_q, rows_d))
+    queries = _write(placed_q, rows_q, max_segments, host_index * devices * rows_q)
+    docs = _write(placed_d, rows_d, max_segments, host_index * devices * rows_d)
+    out = {key: v for key, v in batch.items() if key not in ("query_tokens", "doc_tokens", "negative_tokens")}
+    for prefix, packed in (("query", queries), ("doc", docs)):
         out[f"{prefix}_tokens"], out[f"{prefix}_segment_ids"] = packed.tokens, packed.segment_ids
         out[f"{prefix}_positions"] = packed.positions
+    slots = docs.slots.reshape(devices, per * (1 + k))
     out["query_slot"] = queries.slots
     out["doc_slot"] = slots[:, :per].reshape(b)
     if k:

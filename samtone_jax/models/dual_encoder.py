@@ -44,13 +44,15 @@ def segment_mean_pool(hidden: jax.Array, segment_ids: jax.Array, num_segments: i
     """hidden [B, L, D], segment_ids [B, L] (1..S per text, 0 = padding) -> [B, S, D] float32 mean
     of each text's positions; a slot no text uses pools to zeros."""
     slots = (segment_ids[..., None] == jnp.arange(1, num_segments + 1)).astype(jnp.float32)  # [B, L, S]
-    total = jnp.einsum("bld,bls->bsd", hidden.astype(jnp.float32), slots)
+    # HIGHEST: a float32 sum like mean_pool's (TPU / GPU would otherwise take bf16 / TF32 passes).
+    total = jnp.einsum("bld,bls->bsd", hidden.astype(jnp.float32), slots, precision=jax.lax.Precision.HIGHEST)
     return total / jnp.maximum(jnp.sum(slots, axis=1), 1.0)[..., None]
 
 
 def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
-    """Row-wise x / max(||x||, eps), in float32 (a zero row stays zero, with a zero gradient: the max
-    is taken before the square root, whose derivative at 0 would be infinite)."""
+    """Row-wise x / max(||x||, eps), in float32 (a zero row stays zero, with a finite gradient: the
+    max is taken before the square root, whose derivative at 0 is infinite and would make 0 · ∞ =
+    NaN of an unused packed slot's zero cotangent)."""
     x = x.astype(jnp.float32)
     return x / jnp.sqrt(jnp.maximum(jnp.sum(jnp.square(x), axis=-1, keepdims=True), eps * eps))
 

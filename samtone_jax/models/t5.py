@@ -133,25 +133,24 @@ class RMSNorm(nn.Module):
 
 
 def relative_position_bucket(relative_position, num_buckets: int, max_distance: int):
-    """Bidirectional T5 buckets for `memory_position - query_position`: numpy for static shapes
-    (unpacked rows), jax.numpy for per-segment positions (packed rows, traced).
+    """Bidirectional T5 buckets for `memory_position - query_position` (numpy, static shapes; packed
+    rows look their buckets up in a table of this function's values).
 
     Half the buckets are for keys after the query; in each half, exact buckets for distances
     below num_buckets/4 and log-spaced buckets up to `max_distance`, beyond which all share the
     last bucket. Same arithmetic as T5X / Mesh-TF / Hugging Face.
     """
-    xp = jnp if isinstance(relative_position, jax.Array) else np
     num_buckets //= 2
     bucket = (relative_position > 0).astype(np.int32) * num_buckets
-    n = xp.abs(relative_position)
+    n = np.abs(relative_position)
     max_exact = num_buckets // 2
     # Distances below max_exact take the exact branch; clamp them so log() sees no zero.
-    far = xp.maximum(n, max_exact).astype(np.float32)
-    large = max_exact + (xp.log(far / max_exact) / np.log(max_distance / max_exact) * (num_buckets - max_exact)).astype(
+    far = np.maximum(n, max_exact).astype(np.float32)
+    large = max_exact + (np.log(far / max_exact) / np.log(max_distance / max_exact) * (num_buckets - max_exact)).astype(
         np.int32
     )
-    large = xp.minimum(large, num_buckets - 1)
-    return bucket + xp.where(n < max_exact, n, large)
+    large = np.minimum(large, num_buckets - 1)
+    return bucket + np.where(n < max_exact, n, large)
 
 
 class RelativePositionBias(nn.Module):
@@ -172,10 +171,14 @@ class RelativePositionBias(nn.Module):
             jnp.dtype(cfg.param_dtype),
         )
         if positions is not None:
-            relative = positions[:, None, :] - positions[:, :, None]  # [B, q, k]: key − query
-            buckets = relative_position_bucket(
-                relative, cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance
+            # The bucket of every relative position a row can hold, computed as the unpacked path
+            # computes it (NumPy), then looked up: packed and unpacked texts get the same buckets.
+            distances = np.arange(-(key_length - 1), key_length)
+            by_distance = relative_position_bucket(
+                distances, cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance
             )
+            relative = positions[:, None, :] - positions[:, :, None]  # [B, q, k]: key − query
+            buckets = jnp.asarray(by_distance, jnp.int32)[jnp.clip(relative + key_length - 1, 0, 2 * key_length - 2)]
             return jnp.moveaxis(jnp.take(table.astype(jnp.float32), buckets, axis=1), 0, 1)
         relative = np.arange(key_length)[None, :] - np.arange(query_length)[:, None]
         buckets = relative_position_bucket(
