@@ -23,6 +23,7 @@ import jax
 DEMO_GIN = "runs/demo_cpu.gin"
 MODEL_DIR = os.environ.get("SAMTONE_DEMO_DIR", "runs/demo")
 EVAL_QUERIES = 2000
+VOCAB_SIZE = 8000  # pieces of the vocabulary the demo builds (runs/demo_cpu.gin's VOCAB_SIZE)
 
 
 def _held_out_queries(collection, count: int) -> list[str]:
@@ -47,9 +48,16 @@ def _bm25_run(query_ids, queries, doc_ids, corpus, k):
     }
 
 
-def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_limit: int | None = None) -> int:
-    """The demo; `eval_queries` / `corpus_limit` shrink the evaluation (tests), the gold
-    definitions of the evaluated queries always staying in the corpus."""
+def main(
+    gin_files=(),
+    bindings=(),
+    eval_queries: int = EVAL_QUERIES,
+    corpus_limit: int | None = None,
+    vocab_size: int = VOCAB_SIZE,
+) -> int:
+    """The demo; `eval_queries` / `corpus_limit` shrink the evaluation and `vocab_size` the
+    vocabulary it builds (tests; VOCAB_SIZE is bound to match), the gold definitions of the
+    evaluated queries always staying in the corpus."""
     from samtone_jax import configurables, gin_utils, inference, paths, tasks
     from samtone_jax.atomic_file import write_atomic
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
@@ -62,11 +70,16 @@ def main(gin_files=(), bindings=(), eval_queries: int = EVAL_QUERIES, corpus_lim
     start = time.time()
     model_dir = paths.as_str(MODEL_DIR)
     vocab_path = paths.join(model_dir, "vocab.model")
-    run_bindings = [f"MODEL_DIR = '{model_dir}'", f"VOCABULARY = '{vocab_path}'", *bindings]
+    run_bindings = [
+        f"MODEL_DIR = '{model_dir}'",
+        f"VOCABULARY = '{vocab_path}'",
+        f"VOCAB_SIZE = {vocab_size}",
+        *bindings,
+    ]
     configurables.parse([DEMO_GIN, *gin_files], run_bindings)  # fail on a bad binding before any work
     if not paths.as_path(vocab_path).exists():
         texts = tasks.load("wordnet_definitions", "train").texts()
-        vocab_lib.train_sentencepiece(texts, 8000, vocab_path)
+        vocab_lib.train_sentencepiece(texts, vocab_size, vocab_path)
         print(f"[{time.time() - start:5.0f}s] built {vocab_path} from {len(texts):,} WordNet texts")
     print(f"[{time.time() - start:5.0f}s] training (TensorBoard: {model_dir}/train)")
     configurables.train_program()

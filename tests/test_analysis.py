@@ -110,6 +110,7 @@ def test_similarity_ratio_drops_pairs_whose_denominator_is_zero():
     assert summary["num_ratio_pairs_dropped"] == int((j == 0).sum()) > 0
 
 
+@pytest.mark.slow
 def test_tsne_is_joint_reproducible_and_checks_perplexity():
     rng = np.random.default_rng(2)
     queries, documents = _unit(rng, 12, 6), _unit(rng, 12, 6)
@@ -143,6 +144,7 @@ def tiny_models(tmp_path_factory):
     return encoders
 
 
+@pytest.mark.slow
 def test_analyze_two_real_models_writes_figures_report_and_consistent_summary(tmp_path, tiny_models):
     import matplotlib.image
 
@@ -184,6 +186,7 @@ def test_analyze_two_real_models_writes_figures_report_and_consistent_summary(tm
         assert arrays[f"{name}/tsne_queries"].shape == (20, 2)
 
 
+@pytest.mark.slow
 def test_analyze_max_queries_and_the_character_double(tmp_path):
     encoders = {"a": CharacterEncoder(seed=0), "b": CharacterEncoder(seed=1)}
     summary = analyze(encoders, tiny_collection(), str(tmp_path), tsne_sample=8, ratio_pairs=50, max_queries=10)

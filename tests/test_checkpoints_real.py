@@ -148,6 +148,7 @@ def test_mtf_index_every_encoder_variable_is_mapped():
     assert used == encoder_vars
 
 
+@pytest.mark.slow
 def test_mtf_checkpoint_round_trip_matches_transformers(tmp_path):
     """A TF checkpoint with exactly the real index's encoder names and shapes, random values:
     our import of it encodes like transformers' T5EncoderModel loaded with the same weights."""

@@ -131,6 +131,7 @@ def test_embeddings_are_unit_norm_and_empty_text_is_zero(tiny_config):
     np.testing.assert_array_equal(emb[2], 0.0)
 
 
+@pytest.mark.slow
 def test_negatives_are_encoded_by_the_document_tower(tiny_config):
     model, params = _setup(tiny_config, "ade")
     q, d = _tokens(6, batch=2), _tokens(7, batch=2)
@@ -194,6 +195,7 @@ def test_bad_configuration_is_rejected():
         )
 
 
+@pytest.mark.slow
 def test_learnable_temperature_is_a_log_parameter_with_gradients(tiny_config):
     from samtone_jax.losses import contrastive_loss
 

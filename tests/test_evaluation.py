@@ -175,6 +175,7 @@ def test_faiss_ivfpq_finds_most_exact_neighbours():
     assert 0.5 < recall  # compressed vectors: approximate, but far above chance (10 / 4000)
 
 
+@pytest.mark.slow
 def test_eval_compare_and_analyze_commands_on_a_trained_run(trained_run, wordnet_data, monkeypatch, tmp_path, capsys):
     import json
     import re

@@ -147,6 +147,7 @@ def test_checkpoint_imports_read_t5x_and_mesh_tf_from_a_bucket(gcs):
         assert mtf_format.open_source(prefix).names == mtf_format.open_source(str(mtf_dir / "model.ckpt-0")).names
 
 
+@pytest.mark.slow
 def test_eval_encode_export_mine_analyze_compare_and_load_on_a_bucket(gcs, trained_run, wordnet_data, monkeypatch):
     """A run in the bucket (as `samtone train` writes it: see test_train_loop.py) evaluated, encoded,
     exported and loaded there, with every output in the bucket and nothing written locally."""

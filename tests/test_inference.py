@@ -73,6 +73,7 @@ def test_the_light_tokeniser_gives_the_training_pipelines_ids(wordnet_data):
     _assert_light_ids_are_the_pipelines(wordnet_data[1], texts, 100)
 
 
+@pytest.mark.slow
 def test_the_light_tokeniser_gives_the_pipelines_ids_on_real_squad(squad_dev):
     from samtone_jax import tasks
 
@@ -81,6 +82,7 @@ def test_the_light_tokeniser_gives_the_pipelines_ids_on_real_squad(squad_dev):
     _assert_light_ids_are_the_pipelines(squad_dev, texts, 2000, exact=False)
 
 
+@pytest.mark.slow
 def test_loading_and_encoding_imports_neither_tensorflow_nor_seqio(trained_run):
     import subprocess
     import sys

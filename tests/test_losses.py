@@ -175,6 +175,7 @@ def test_masking_removes_duplicates_from_every_term():
     assert float(unmasked) > 1.0  # without ids the duplicates are (wrongly) negatives
 
 
+@pytest.mark.slow
 def test_metrics_are_what_they_say():
     q, d, n, *_ = _batch(seed=2, B=5, K=1)
     q, d, n = (jnp.asarray(x, jnp.float32) for x in (q, d, n))
@@ -206,6 +207,7 @@ def test_learnable_temperature_gets_a_gradient():
 # ----------------------------------------------------------------------------------------------
 # sentence-transformers 6.2 MultipleNegativesRankingLoss on the same embeddings, scale = 1/τ.
 # ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "directions,partition,ours",
     [
@@ -315,6 +317,7 @@ def test_sharded_loss_memory_is_a_fraction_of_single_device():
 # ----------------------------------------------------------------------------------------------
 # Numerical stability and bad input.
 # ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("tau", [0.01, 0.001])
 def test_low_temperature_bfloat16_is_finite_where_naive_exp_overflows(tau):
     rng = np.random.RandomState(8)

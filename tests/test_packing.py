@@ -7,7 +7,6 @@ import dataclasses
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -50,13 +49,26 @@ def test_packed_embeddings_equal_each_text_alone(architecture, layers):
     rows = _texts()
     tokens, segments, positions = _pack(rows)
     slots = max(len(r) for r in rows)
+    # Each text alone in its own row (padding after it changes nothing: test_dual_encoder's
+    # test_padding_does_not_change_embeddings; the 48-token text fills its row, unpadded).
+    texts = [text for row in rows for text in row]
+    alone_rows = np.zeros((len(texts), LENGTH), np.int32)
+    for i, text in enumerate(texts):
+        alone_rows[i, : len(text)] = text
     for side, method in (("query", model.encode_queries), ("document", model.encode_documents)):
-        packed = model.apply(params, tokens, segments, positions, side, slots, method=model.encode_packed)
+        packed = jax.jit(
+            lambda p, t, s, q, side=side: model.apply(p, t, s, q, side, slots, method=model.encode_packed),
+            compiler_options=FAST_COMPILE,
+        )(params, tokens, segments, positions)
+        alone = jax.jit(lambda p, t, m=method: model.apply(p, t, method=m), compiler_options=FAST_COMPILE)(
+            params, alone_rows
+        )
         assert packed.shape == (len(rows), slots, 16)
+        i = 0
         for r, row in enumerate(rows):
-            for s, text in enumerate(row):
-                alone = model.apply(params, jnp.asarray([text], jnp.int32), method=method)[0]
-                np.testing.assert_allclose(packed[r, s], alone, rtol=1e-5, atol=2e-6, err_msg=f"{side} {r},{s}")
+            for s in range(len(row)):
+                np.testing.assert_allclose(packed[r, s], alone[i], rtol=1e-5, atol=2e-6, err_msg=f"{side} {r},{s}")
+                i += 1
             np.testing.assert_array_equal(packed[r, len(row) :], 0.0)  # unused slots are zeros
 
 

@@ -58,6 +58,7 @@ def _ids(length, seed=0):
     return ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "feed_forward,num_layers,d_kv,length,safe",
     [
