@@ -86,11 +86,13 @@ def dense_run(
 
 
 def write_trec(path, run: dict[str, dict[str, float]], tag: str) -> None:
+    """The run in TREC format, scores with 9 significant digits (float32 exactly: rounding to fewer
+    would turn near-equal scores into ties that trec_eval breaks by document id, not by our order)."""
     with atomic_open(path, "w") as f:
         for qid in sorted(run):
             ranked = sorted(run[qid].items(), key=lambda x: -x[1])
             for rank, (did, score) in enumerate(ranked, start=1):
-                f.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
+                f.write(f"{qid} Q0 {did} {rank} {score:.9g} {tag}\n")
 
 
 def format_table(results: dict[str, float]) -> str:
