@@ -151,13 +151,11 @@ def test_the_packer_keeps_every_text_whole_and_on_its_own_devices_rows(k, device
     assert len(set(slots.tolist())) == len(slots) and len(set(packed["query_slot"].tolist())) == 32
 
 
-def test_packing_is_a_function_of_the_batch_and_mostly_real_tokens():
+def test_packed_rows_are_mostly_real_tokens():
     from samtone_jax.data.packing import pack_batch
 
     batch = _batch(seed=5, b=256, lq=32, ld=48, short=16)  # queries of ≤ 16 tokens of 32, as on real data
-    a, b = pack_batch(batch, 1, max_segments=8), pack_batch({k: v.copy() for k, v in batch.items()}, 1, max_segments=8)
-    for key in a:
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    a = pack_batch(batch, 1, max_segments=8)
     for prefix in ("query", "doc"):
         real = (a[f"{prefix}_segment_ids"] > 0).mean()
         unpacked = (batch[f"{prefix}_tokens"] > 0).mean()
