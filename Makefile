@@ -23,12 +23,15 @@ wordnet:
 	@test -f /usr/share/wordnet/data.noun || (apt-get update -qq && apt-get install -y -qq wordnet-base) \
 	  || echo "warning: could not install wordnet-base; WordNet tests will skip"
 
+# Two pytest-xdist workers (the 2-core machines this is measured on; TEST_WORKERS=1 runs in one
+# process): the tests compile tiny programs single-threaded, so a second worker halves the wall time.
+TEST_WORKERS ?= 2
 test: venv
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal tests
 
 # The inner loop: every test not marked slow (pyproject.toml lists the marker).
 test-fast: venv
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow" tests
 
 demo: venv wordnet
 	$(PY) -m samtone_jax.cli demo

@@ -54,10 +54,11 @@ def main(
     eval_queries: int = EVAL_QUERIES,
     corpus_limit: int | None = None,
     vocab_size: int = VOCAB_SIZE,
+    vocab_texts: int | None = None,
 ) -> int:
-    """The demo; `eval_queries` / `corpus_limit` shrink the evaluation and `vocab_size` the
-    vocabulary it builds (tests; VOCAB_SIZE is bound to match), the gold definitions of the
-    evaluated queries always staying in the corpus."""
+    """The demo; `eval_queries` / `corpus_limit` shrink the evaluation (the gold definitions of the
+    evaluated queries always stay in the corpus), `vocab_size` the vocabulary it builds (VOCAB_SIZE
+    is bound to match) and `vocab_texts` the texts it is built from (an even sample; tests)."""
     from samtone_jax import configurables, gin_utils, inference, paths, tasks
     from samtone_jax.atomic_file import write_atomic
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
@@ -79,6 +80,8 @@ def main(
     configurables.parse([DEMO_GIN, *gin_files], run_bindings)  # fail on a bad binding before any work
     if not paths.as_path(vocab_path).exists():
         texts = tasks.load("wordnet_definitions", "train").texts()
+        if vocab_texts is not None:
+            texts = texts[:: max(1, len(texts) // vocab_texts)]
         vocab_lib.train_sentencepiece(texts, vocab_size, vocab_path)
         print(f"[{time.time() - start:5.0f}s] built {vocab_path} from {len(texts):,} WordNet texts")
     print(f"[{time.time() - start:5.0f}s] training (TensorBoard: {model_dir}/train)")

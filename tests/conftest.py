@@ -9,15 +9,13 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# The `samtone` subprocesses the tests start compile tiny programs and run them a few steps: LLVM
-# without optimisation compiles them 2-3x faster here (a tiny T5 step with dropout: 20 s -> 9 s)
-# and they run as fast; runs compared with each other are compiled alike (tests/test_train_loop.py).
+# Every program the tests compile, in this process and in the `samtone` subprocesses it starts
+# (they inherit XLA_FLAGS), is a tiny model run a few steps: LLVM without optimisation compiles it
+# 3x faster here (a tiny dual encoder's init: 6.0 s -> 1.7 s; a tiny T5 step with dropout: 20 s ->
+# 9 s) and it runs as fast. Programs compared with each other are compiled alike.
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
-# The same for the steps tests jit themselves (test_train_step, test_packing): an 8-device tiny
-# train step compiles in 14 s instead of 43 s and runs as fast (0.23 s vs 0.34 s, measured here).
-FAST_COMPILE = {"xla_backend_optimization_level": 0}
 # Eight simulated CPU devices for the sharding tests; must be set before jax is imported.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {TEST_XLA_FLAGS}")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # One XLA compilation cache for this test session (the subprocesses the tests start inherit it):
@@ -35,6 +33,19 @@ import pytest  # noqa: E402
 import samtone_jax  # noqa: E402,F401  (adds its XLA:CPU flags before any test module starts JAX)
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(items):
+    """The slow tests first (multi-process runs the longest, then the rest marked slow), so that
+    with two workers (make test) the long ones start at once and the short ones fill in around
+    them instead of one long test running alone at the end."""
+
+    def cost(item):
+        if not item.get_closest_marker("slow"):
+            return 2
+        return 0 if item.module.__name__.endswith("test_train_loop") else 1
+
+    items.sort(key=cost)  # stable: the file order within each group
 
 
 def pytest_sessionfinish(session):

@@ -27,6 +27,12 @@ def _setup(config, architecture):
     return model, params
 
 
+def _apply(model, params, *args, method=None, **kwargs):
+    """model.apply({"params": params}, *args) compiled as one program (eager, every op compiles on
+    its own: a tiny tower's forward 3.0 s against 0.6 s, its gradient 7.1 s against 1.3 s here)."""
+    return jax.jit(lambda p, *a: model.apply({"params": p}, *a, method=method, **kwargs))(params, *args)
+
+
 def _leaf_count(tree):
     return len(jax.tree_util.tree_leaves(tree))
 
@@ -57,7 +63,7 @@ def _grads(model, params, side):
         target = q if side == "query" else d
         return jnp.sum(target * jnp.arange(target.shape[-1]))
 
-    return jax.grad(loss)(params)
+    return jax.jit(jax.grad(loss))(params)
 
 
 def _norm(tree):
@@ -67,8 +73,8 @@ def _norm(tree):
 def test_sde_one_tower_serves_both_sides(tiny_config):
     model, params = _setup(tiny_config, "sde")
     ids = _tokens(3)
-    q = model.apply({"params": params}, ids, method=model.encode_queries)
-    d = model.apply({"params": params}, ids, method=model.encode_documents)
+    q = _apply(model, params, ids, method=model.encode_queries)
+    d = _apply(model, params, ids, method=model.encode_documents)
     np.testing.assert_array_equal(np.asarray(q), np.asarray(d))
     assert _norm(_grads(model, params, "query")["encoder"]) > 0
     assert _norm(_grads(model, params, "document")["encoder"]) > 0
@@ -85,13 +91,13 @@ def test_ade_towers_are_independent(tiny_config):
 def test_two_towers_start_equal_unless_asked_not_to(tiny_config, architecture):
     model, params = _setup(tiny_config, architecture)
     ids = _tokens(3)
-    q = model.apply({"params": params}, ids, method=model.encode_queries)
-    d = model.apply({"params": params}, ids, method=model.encode_documents)
+    q = _apply(model, params, ids, method=model.encode_queries)
+    d = _apply(model, params, ids, method=model.encode_documents)
     np.testing.assert_array_equal(np.asarray(q), np.asarray(d))  # as if both loaded one checkpoint
     independent = dataclasses.replace(model, identical_tower_init=False)
     params = nn.unbox(init_params(independent, jax.random.PRNGKey(0)))
-    q = independent.apply({"params": params}, ids, method=independent.encode_queries)
-    d = independent.apply({"params": params}, ids, method=independent.encode_documents)
+    q = _apply(independent, params, ids, method=independent.encode_queries)
+    d = _apply(independent, params, ids, method=independent.encode_documents)
     assert float(jnp.max(jnp.abs(q - d))) > 1e-2
 
 
@@ -108,7 +114,7 @@ def test_ade_spl_projection_gets_gradients_from_both_towers(tiny_config):
         w = jnp.arange(q.shape[-1])
         return jnp.sum(q * w) + jnp.sum(d * w)
 
-    total = jax.grad(both)(params)["projection"]["kernel"]
+    total = jax.jit(jax.grad(both))(params)["projection"]["kernel"]
     np.testing.assert_allclose(total, gq["projection"]["kernel"] + gd["projection"]["kernel"], rtol=1e-5, atol=1e-7)
 
 
@@ -116,15 +122,15 @@ def test_padding_does_not_change_embeddings(tiny_config):
     model, params = _setup(tiny_config, "sde")
     ids = _tokens(4, length=7)
     padded = jnp.concatenate([ids, jnp.zeros((3, 20), ids.dtype)], axis=1)
-    a = model.apply({"params": params}, ids, method=model.encode_queries)
-    b = model.apply({"params": params}, padded, method=model.encode_queries)
+    a = _apply(model, params, ids, method=model.encode_queries)
+    b = _apply(model, params, padded, method=model.encode_queries)
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
 def test_embeddings_are_unit_norm_and_empty_text_is_zero(tiny_config):
     model, params = _setup(tiny_config, "ade_spl")
     ids = _tokens(5).at[2].set(0)  # an all-padding row
-    emb = np.asarray(model.apply({"params": params}, ids, method=model.encode_documents))
+    emb = np.asarray(_apply(model, params, ids, method=model.encode_documents))
     assert emb.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(emb[:2], axis=1), 1.0, rtol=1e-6)
     # An empty text has no tokens to average: it pools to zero and stays zero (no NaN).
@@ -136,9 +142,9 @@ def test_negatives_are_encoded_by_the_document_tower(tiny_config):
     model, params = _setup(tiny_config, "ade")
     q, d = _tokens(6, batch=2), _tokens(7, batch=2)
     negatives = jnp.stack([_tokens(8, batch=2), _tokens(9, batch=2)], axis=1)  # [B=2, K=2, L]
-    _, _, n = model.apply({"params": params}, q, d, negatives)
+    _, _, n = _apply(model, params, q, d, negatives)
     assert n.shape == (2, 2, 16)
-    flat = model.apply({"params": params}, negatives.reshape(4, -1), method=model.encode_documents)
+    flat = _apply(model, params, negatives.reshape(4, -1), method=model.encode_documents)
     np.testing.assert_allclose(np.asarray(n).reshape(4, 16), np.asarray(flat), atol=1e-6)
 
 
@@ -146,8 +152,8 @@ def test_bfloat16_activations_stay_close_to_float32(tiny_config):
     model, params = _setup(tiny_config, "sde")
     bf16 = DualEncoder(dataclasses.replace(tiny_config, dtype="bfloat16"), projection_dim=16)
     ids = _tokens(10)
-    a = np.asarray(model.apply({"params": params}, ids, method=model.encode_queries))
-    b = np.asarray(bf16.apply({"params": params}, ids, method=bf16.encode_queries))
+    a = np.asarray(_apply(model, params, ids, method=model.encode_queries))
+    b = np.asarray(_apply(bf16, params, ids, method=bf16.encode_queries))
     assert b.dtype == np.float32 and np.all(np.isfinite(b))
     assert np.min(np.sum(a * b, axis=1)) > 0.99  # cosine between the two precisions
 
@@ -155,11 +161,11 @@ def test_bfloat16_activations_stay_close_to_float32(tiny_config):
 def test_dropout_is_active_only_when_not_deterministic(tiny_config):
     model, params = _setup(dataclasses.replace(tiny_config, dropout_rate=0.3), "sde")
     ids = _tokens(11)
-    det = model.apply({"params": params}, ids, method=model.encode_queries)
-    det2 = model.apply({"params": params}, ids, method=model.encode_queries)
+    det = _apply(model, params, ids, method=model.encode_queries)
+    det2 = _apply(model, params, ids, method=model.encode_queries)
     np.testing.assert_array_equal(np.asarray(det), np.asarray(det2))
-    train = model.apply(
-        {"params": params}, ids, False, method=model.encode_queries, rngs={"dropout": jax.random.PRNGKey(1)}
+    train = _apply(
+        model, params, ids, method=model.encode_queries, deterministic=False, rngs={"dropout": jax.random.PRNGKey(1)}
     )
     assert np.abs(np.asarray(train) - np.asarray(det)).max() > 1e-3
 
@@ -209,7 +215,7 @@ def test_learnable_temperature_is_a_log_parameter_with_gradients(tiny_config):
         tau = model.apply({"params": p}, method=model.temperature)
         return contrastive_loss(q, d, temperature=tau)[0]
 
-    g = jax.grad(loss)(params)
+    g = jax.jit(jax.grad(loss))(params)
     assert float(jnp.abs(g["log_temperature"])) > 0
     fixed = DualEncoder(tiny_config, projection_dim=16)
     assert "log_temperature" not in nn.unbox(init_params(fixed, jax.random.PRNGKey(0)))
@@ -223,15 +229,15 @@ def test_scanned_and_rematerialised_layers_equal_the_plain_ones(tiny_config, sca
     config = dataclasses.replace(tiny_config, num_layers=3)
     tokens = _tokens(4)
     unrolled, scanned = T5Encoder(config), T5Encoder(dataclasses.replace(config, scan_layers=scan, remat=remat))
-    params = nn.unbox(unrolled.init(jax.random.PRNGKey(0), tokens)["params"])
-    scanned_init = nn.unbox(scanned.init(jax.random.PRNGKey(0), tokens)["params"])
+    params = nn.unbox(jax.jit(unrolled.init)(jax.random.PRNGKey(0), tokens)["params"])
+    scanned_init = nn.unbox(jax.jit(scanned.init)(jax.random.PRNGKey(0), tokens)["params"])
     assert jax.tree_util.tree_structure(scanned_init) == jax.tree_util.tree_structure(params)
-    a, b = (m.apply({"params": params}, tokens) for m in (unrolled, scanned))
+    a, b = (_apply(m, params, tokens) for m in (unrolled, scanned))
     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
 
     def grads(model):
         weights = jnp.arange(config.emb_dim, dtype=jnp.float32)
-        return jax.grad(lambda p: jnp.sum(model.apply({"params": p}, tokens) * weights))(params)
+        return jax.jit(jax.grad(lambda p: jnp.sum(model.apply({"params": p}, tokens) * weights)))(params)
 
     for x, y in zip(jax.tree_util.tree_leaves(grads(unrolled)), jax.tree_util.tree_leaves(grads(scanned)), strict=True):
         np.testing.assert_allclose(y, x, rtol=1e-4, atol=1e-4 * float(jnp.abs(x).max()))

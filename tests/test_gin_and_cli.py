@@ -112,7 +112,7 @@ def test_demo_end_to_end_at_test_size(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(demo, "MODEL_DIR", str(tmp_path / "demo"))
     monkeypatch.delenv("WORDNET_DIR", raising=False)
     bindings = ["TRAIN_STEPS = 4", "BATCH_SIZE = 8", "train.log_every = 2", "train.checkpoint_every = 2"]
-    assert demo.main((), bindings, eval_queries=20, corpus_limit=200, vocab_size=500) == 0
+    assert demo.main((), bindings, eval_queries=20, corpus_limit=200, vocab_size=500, vocab_texts=20_000) == 0
     out = capsys.readouterr().out
     assert "step 4/4" in out and "BM25 (bm25s)" in out
     results = json.load(open(tmp_path / "demo" / "eval.json"))

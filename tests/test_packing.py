@@ -10,7 +10,6 @@ import jax
 import numpy as np
 import optax
 import pytest
-from conftest import FAST_COMPILE
 
 from samtone_jax.models import DualEncoder, T5Config, init_params
 from samtone_jax.models.layout import ARCHITECTURES
@@ -57,12 +56,9 @@ def test_packed_embeddings_equal_each_text_alone(architecture, layers):
         alone_rows[i, : len(text)] = text
     for side, method in (("query", model.encode_queries), ("document", model.encode_documents)):
         packed = jax.jit(
-            lambda p, t, s, q, side=side: model.apply(p, t, s, q, side, slots, method=model.encode_packed),
-            compiler_options=FAST_COMPILE,
+            lambda p, t, s, q, side=side: model.apply(p, t, s, q, side, slots, method=model.encode_packed)
         )(params, tokens, segments, positions)
-        alone = jax.jit(lambda p, t, m=method: model.apply(p, t, method=m), compiler_options=FAST_COMPILE)(
-            params, alone_rows
-        )
+        alone = jax.jit(lambda p, t, m=method: model.apply(p, t, method=m))(params, alone_rows)
         assert packed.shape == (len(rows), slots, 16)
         i = 0
         for r, row in enumerate(rows):
@@ -185,7 +181,7 @@ def _step(model, mesh, batch, chunk=None, max_segments=None):
     tx = optax.sgd(1.0)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
     step = train.make_train_step(model, tx, lambda _: 1.0, mesh, chunk, gin_utils.contrastive_loss, max_segments)
-    step = jax.jit(step, compiler_options=FAST_COMPILE)
+    step = jax.jit(step)
     new_state, metrics = step(state, partitioning.host_to_global(mesh, batch))
     return jax.device_get(new_state["params"]), jax.device_get(metrics)
 

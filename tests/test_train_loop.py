@@ -197,55 +197,59 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
 
 
 @pytest.mark.slow
-def test_a_killed_process_stops_the_others_and_a_restart_resumes(wordnet_fixture, tmp_path):
-    """One of 2 processes SIGKILLed mid-run: the other exits with the runtime's error within the
-    heartbeat timeout (no hang); rerunning both resumes from the last checkpoint."""
-    wn, vocab_path = wordnet_fixture
-    env, model_dir, port = _env(wn), tmp_path / "run", _free_port()
-    argv = _argv(model_dir, vocab_path, steps=8, extra=["--gin.train.checkpoint_every=2"])
-    flags = [
-        f"--coordinator_address=127.0.0.1:{port}",
-        "--num_processes=2",
-        "--num_cpu_devices=1",
-        "--heartbeat_timeout_seconds=10",
-    ]
-    procs = [_launch([*argv, *flags, f"--process_id={i}"], env, tmp_path / f"p{i}.log", slow=True) for i in range(2)]
-    _wait_for(lambda: "step 3/" in open(tmp_path / "p0.log").read() or procs[0].poll() is not None)
-    procs[1].send_signal(signal.SIGKILL)
-    start = time.time()
-    survivor = procs[0].wait(timeout=120)  # a hang fails here
-    assert survivor != 0 and time.time() - start < 60
-    assert "heartbeat" in open(tmp_path / "p0.log").read()  # "stopped sending heartbeats" / "heartbeat timeout"
-    text = _local(2, 1, argv, env, tmp_path / "logs_restart")
-    assert "resumed from step" in text and max(_losses(text)) == 8
+def test_ctrl_c_then_a_killed_process_on_two_processes_and_each_rerun_resumes(wordnet_fixture, tmp_path):
+    """Two faults of a 2-process run, each followed by a rerun of both processes:
 
-
-@pytest.mark.slow
-def test_ctrl_c_on_one_of_two_processes_stops_both_at_the_same_step_with_a_checkpoint(wordnet_fixture, tmp_path):
-    """Ctrl-C (SIGINT) that reaches one host only: it takes the preemption route (a SIGTERM of that
-    process, which JAX's preemption service tells the other), both checkpoint the same step
-    together and exit 0 (before: that host saved alone, the other waited in a collective), and a
-    rerun resumes from it."""
+    1. Ctrl-C (SIGINT) that reaches one host only takes the preemption route (a SIGTERM of that
+       process, which JAX's preemption service tells the other): both checkpoint the same step
+       together and exit 0 (before: that host saved alone, the other waited in a collective).
+    2. The rerun resumes from that step; one process SIGKILLed mid-run: the other exits with the
+       runtime's error within the heartbeat timeout (no hang).
+    3. The rerun resumes from the last periodic checkpoint and finishes."""
     wn, vocab_path = wordnet_fixture
-    env, model_dir, port = _env(wn), tmp_path / "run", _free_port()
-    argv = _argv(model_dir, vocab_path, steps=40, extra=["--gin.train.checkpoint_every=1000"])
-    flags = [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", "--num_cpu_devices=1"]
-    procs = [_launch([*argv, *flags, f"--process_id={i}"], env, tmp_path / f"p{i}.log", slow=True) for i in range(2)]
-    _wait_for(lambda: "step 2/" in open(tmp_path / "p0.log").read() or procs[0].poll() is not None)
+    env, model_dir = _env(wn), tmp_path / "run"
+
+    def launch_two(steps, name):
+        argv = _argv(model_dir, vocab_path, steps=steps, extra=["--gin.train.checkpoint_every=2"])
+        flags = [
+            f"--coordinator_address=127.0.0.1:{_free_port()}",
+            "--num_processes=2",
+            "--num_cpu_devices=1",
+            "--heartbeat_timeout_seconds=10",
+        ]
+        logs = [tmp_path / f"{name}{i}.log" for i in range(2)]
+        procs = [_launch([*argv, *flags, f"--process_id={i}"], env, logs[i], slow=True) for i in range(2)]
+        return procs, logs
+
+    procs, logs = launch_two(40, "interrupted")
+    _wait_for(lambda: "step 3/" in logs[0].read_text() or procs[0].poll() is not None)
     procs[1].send_signal(signal.SIGINT)
     try:
         codes = [p.wait(timeout=120) for p in procs]  # a host left in a collective fails here
     finally:
         for p in procs:
             p.kill()
-    logs = [open(tmp_path / f"p{i}.log").read() for i in range(2)]
-    assert codes == [0, 0], [log[-2000:] for log in logs]
-    saved = [re.findall(r"preempted: saved step (\d+)", log) for log in logs]
+    texts = [log.read_text() for log in logs]
+    assert codes == [0, 0], [text[-2000:] for text in texts]
+    saved = [re.findall(r"preempted: saved step (\d+)", text) for text in texts]
     assert saved[0] == saved[1] and len(saved[0]) == 1, saved
     step = int(saved[0][0])
-    assert 2 <= step < 40 and (model_dir / "checkpoints" / str(step)).is_dir()
-    text = _local(2, 1, _argv(model_dir, vocab_path, steps=step + 1), env, tmp_path / "logs_again")
-    assert f"resumed from step {step}" in text and sorted(_losses(text)) == [step + 1]
+    assert 3 <= step < 40 and (model_dir / "checkpoints" / str(step)).is_dir()
+
+    procs, logs = launch_two(40, "killed")
+    _wait_for(lambda: f"step {step + 3}/" in logs[0].read_text() or procs[0].poll() is not None)
+    assert f"resumed from step {step}" in logs[0].read_text()
+    procs[1].send_signal(signal.SIGKILL)
+    start = time.time()
+    survivor = procs[0].wait(timeout=120)  # a hang fails here
+    assert survivor != 0 and time.time() - start < 60
+    assert "heartbeat" in logs[0].read_text()  # "stopped sending heartbeats" / "heartbeat timeout"
+
+    end = step + 6
+    text = _local(2, 1, _argv(model_dir, vocab_path, steps=end), env, tmp_path / "logs_again")
+    resumed = int(re.findall(r"resumed from step (\d+)", text)[0])
+    assert resumed > step  # a periodic checkpoint of the killed run
+    assert sorted(_losses(text)) == list(range(resumed + 1, end + 1))
 
 
 def test_missing_macro_and_gin_typo_fail_before_compilation(capsys):

@@ -8,7 +8,6 @@ import flax.linen as nn
 import jax
 import numpy as np
 import pytest
-from conftest import FAST_COMPILE
 
 from samtone_jax import configurables, gin_utils, grad_cache, partitioning, train
 from samtone_jax.encoding import encode_batch
@@ -43,10 +42,7 @@ def _one_step(model, mesh, batch, chunk=None, repeats=1, rules=partitioning.DEFA
     compiled step runs that many times in all, each giving the same loss."""
     tx, schedule = train.adafactor(learning_rate=1e-2, train_steps=10)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None, rules=rules)
-    step = jax.jit(
-        train.make_train_step(model, tx, schedule, mesh, chunk, gin_utils.contrastive_loss),
-        compiler_options=FAST_COMPILE,
-    )
+    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk, gin_utils.contrastive_loss))
     batch = partitioning.host_to_global(mesh, batch)
     with partitioning.activation_sharding(mesh, rules):  # the activation constraints live, as train() under FSDP
         new_state, metrics = step(state, batch)
@@ -87,7 +83,7 @@ def _grads(model, mesh, batch, chunk):
             return grad_cache.loss_and_grads(model, params, batch, rng, loss_fn, chunk, shards)
         return jax.value_and_grad(lambda p: loss_fn(p, *encode_batch(model, p, batch, rng)), has_aux=True)(params)
 
-    return jax.jit(run, compiler_options=FAST_COMPILE), params, batch
+    return jax.jit(run), params, batch
 
 
 @pytest.mark.slow
@@ -253,6 +249,6 @@ def test_id_masking_off_makes_duplicates_negatives(gin_tiny):
             loss_fn = train.make_loss_on_embeddings(gin_tiny, mesh, batch, gin_utils.contrastive_loss)
             return loss_fn(params, *encode_batch(gin_tiny, params, batch, None))[1]
 
-        metrics[name] = jax.device_get(jax.jit(metrics_of, compiler_options=FAST_COMPILE)(params, batch))
+        metrics[name] = jax.device_get(jax.jit(metrics_of)(params, batch))
     assert metrics["masked"]["masked_fraction"] > 0 and metrics["unmasked"]["masked_fraction"] == 0
     assert abs(float(metrics["masked"]["loss"]) - float(metrics["unmasked"]["loss"])) > 1e-4

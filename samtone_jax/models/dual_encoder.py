@@ -11,6 +11,8 @@ is models/layout.py's to say (one entry per architecture).
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -158,16 +160,22 @@ class DualEncoder(nn.Module):
         return q, d, n
 
 
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _init(model: DualEncoder, rng: jax.Array, length: int):
+    tokens = jnp.ones((1, length), jnp.int32)
+    return model.init(rng, tokens, tokens)
+
+
 def init_params(model: DualEncoder, rng: jax.Array, length: int = 8):
     """Boxed (logically partitioned) parameters of `model`, initialised from `rng`.
 
     `nn.get_partition_spec(params)` gives logical specs; `nn.unbox(params)` plain arrays.
     Both towers are initialised (a dummy batch of ones is run through both sides); with
     `identical_tower_init` the document tower (and ADE's document projection) is then a copy of
-    the query one.
+    the query one. Compiled as one program per model (equal models share it), not op by op; inside
+    jit or eval_shape it is inlined.
     """
-    tokens = jnp.ones((1, length), jnp.int32)
-    params = dict(model.init(rng, tokens, tokens)["params"])
+    params = dict(_init(model, rng, length)["params"])
     if model.identical_tower_init:
         tree = layout(model.architecture)
         for q_key, d_key in zip(tree.side_keys("query"), tree.side_keys("document"), strict=True):
