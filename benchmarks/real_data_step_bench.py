@@ -117,7 +117,7 @@ def run_task(task: str, args, peak: float) -> dict:
     from samtone_jax.data.packing import pack_batch
 
     batches = real_batches(task, args.batch, args.batches, vocabulary_for(task))
-    packed = [pack_batch(b, devices=1, max_segments=args.max_segments, row_multiple=args.row_multiple) for b in batches]
+    packed = [pack_batch(b, devices=1, max_segments=args.max_segments, row_bits=args.row_bits) for b in batches]
     lengths = [np.concatenate([lengths_of(b["query_tokens"]), lengths_of(b["doc_tokens"])]) for b in batches]
     real = sum(int(x.sum()) for x in lengths)
     useful = sum(real_flops(x) for x in lengths)
@@ -169,7 +169,7 @@ def main():
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--max_segments", type=int, default=8)
-    parser.add_argument("--row_multiple", type=int, default=4)
+    parser.add_argument("--row_bits", type=int, default=3, help="train.packing_row_bits")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--skip", nargs="*", default=[], help="st")
     args = parser.parse_args()

@@ -149,6 +149,7 @@ def _cmd_encode(args, bindings) -> int:
         doc_length=args.doc_length,
         batch_size=args.batch_size,
         mesh=partitioning.create_mesh(devices=jax.local_devices()),
+        packing_max_segments=args.packing_max_segments,
     )
     sides = {"query": ("query",), "document": ("document",), "both": ("query", "document")}[args.side]
     for side in sides:
@@ -362,7 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--side", choices=["query", "document", "both"], default="both")
     p.add_argument("--out", default=None, help="output folder (default: <MODEL_DIR>/embeddings/<task>_<split>_step<N>)")
     p.add_argument("--shard_size", type=int, default=65536, help="rows per shard file (the unit of resumption)")
-    p.add_argument("--batch_size", type=int, default=256, help="texts per device batch (rounded to the devices)")
+    p.add_argument("--batch_size", type=int, default=256, help="texts (packed: rows) a batch (rounded to the devices)")
+    p.add_argument(
+        "--packing_max_segments", type=int, default=None, help="pack texts up to this many a row (same embeddings)"
+    )
     p.set_defaults(run=_cmd_encode)
 
     p = sub.add_parser("analyze", help="the paper's embedding-space figures for one or more models")

@@ -23,22 +23,21 @@ SIDES = {"query": 0, "document": 1, "negative": 2}
 
 @dataclasses.dataclass(frozen=True)
 class Input:
-    """One encoded array: `tokens` [N, L] of `side`; packed rows also carry segment_ids and
-    positions [N, L] and give [N, max_segments, P]."""
+    """One encoded array: `tokens` [N, L] of `side`; packed rows also carry segment_ids [N, L] and
+    give [N, max_segments, P]."""
 
     name: str
     side: str
     tokens: jax.Array
     segment_ids: jax.Array | None = None
-    positions: jax.Array | None = None
 
     def arrays(self) -> tuple:
-        return (self.tokens,) if self.segment_ids is None else (self.tokens, self.segment_ids, self.positions)
+        return (self.tokens,) if self.segment_ids is None else (self.tokens, self.segment_ids)
 
 
 def encode(model, params, arrays: tuple, side: str, rng, index=None, max_segments: int | None = None):
-    """(tokens [N, L],) -> L2-normalised embeddings [N, P] float32; (tokens, segment_ids, positions)
-    of packed rows -> [N, max_segments, P].
+    """(tokens [N, L],) -> L2-normalised embeddings [N, P] float32; (tokens, segment_ids) of packed
+    rows -> [N, max_segments, P].
 
     rng None: deterministic (no dropout). Otherwise row i uses the key
     fold_in(fold_in(rng, side), index[i]) (index defaults to 0..N-1).
@@ -75,8 +74,8 @@ def inputs(batch: dict) -> list[Input]:
     present): the query rows and the document rows (documents and negatives share them)."""
     if "query_segment_ids" in batch:
         return [
-            Input("query_tokens", "query", batch["query_tokens"], batch["query_segment_ids"], batch["query_positions"]),
-            Input("doc_tokens", "document", batch["doc_tokens"], batch["doc_segment_ids"], batch["doc_positions"]),
+            Input("query_tokens", "query", batch["query_tokens"], batch["query_segment_ids"]),
+            Input("doc_tokens", "document", batch["doc_tokens"], batch["doc_segment_ids"]),
         ]
     out = [Input("query_tokens", "query", batch["query_tokens"]), Input("doc_tokens", "document", batch["doc_tokens"])]
     if "negative_tokens" in batch:

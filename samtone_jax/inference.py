@@ -43,13 +43,16 @@ class Encoder:
         mesh=None,
         step: int | None = None,
         source: str | None = None,
+        packing_max_segments: int | None = None,
     ):
         if isinstance(vocabulary, str):
             vocabulary = vocab_lib.tokens(vocabulary)
         self.model, self.vocabulary = model, vocabulary
         self.query_length, self.doc_length = query_length, doc_length
         self.step, self.source = step, source
-        self._encoder = TextEncoder(model, params, vocabulary, mesh, batch_size)
+        self._encoder = TextEncoder(
+            model, params, vocabulary, mesh, batch_size, packing_max_segments=packing_max_segments
+        )
 
     @property
     def params(self):
@@ -146,10 +149,13 @@ def load(
     doc_length: int | None = None,
     batch_size: int = 256,
     mesh=None,
+    packing_max_segments: int | None = None,
 ) -> Encoder:
     """An `Encoder` for the checkpoint at `path` (see the module docstring for what `path` may be).
 
     Query / document lengths default to the run's `train.query_length` / `train.doc_length`.
+    `packing_max_segments` S: texts packed up to S a row (evaluation/encode.py), the same
+    embeddings with less padding; `batch_size` then counts rows.
     """
     from samtone_jax import gin_utils
     from samtone_jax.checkpoints import load_model_gin, load_params
@@ -171,6 +177,7 @@ def load(
             doc_length=doc_length,
             batch_size=batch_size,
             mesh=mesh,
+            packing_max_segments=packing_max_segments,
         )
     else:
         text = load_model_gin(directory)
@@ -190,6 +197,7 @@ def load(
         mesh,
         step=step,
         source=directory,
+        packing_max_segments=packing_max_segments,
     )
 
 
@@ -201,6 +209,7 @@ def load_export(
     doc_length: int | None = None,
     batch_size: int = 256,
     mesh=None,
+    packing_max_segments: int | None = None,
 ) -> Encoder:
     """An `Encoder` for a `samtone export` folder, complete or still being checked by the export
     (`load` checks the commit marker first)."""
@@ -223,4 +232,5 @@ def load_export(
         mesh,
         step=info["source"].get("step"),
         source=str(root),
+        packing_max_segments=packing_max_segments,
     )

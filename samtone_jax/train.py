@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 
 import flax.linen as nn
 import gin
@@ -226,7 +225,7 @@ def train(
     on_corrupt_checkpoint: str = "fallback",
     packing: bool = False,
     packing_max_segments: int = 8,
-    packing_row_multiple: int = 4,
+    packing_row_bits: int = 3,
     *,
     model,
     loss_fn,
@@ -256,8 +255,9 @@ def train(
     the unreadable one deleted so its step can be saved again); 'fail' stops instead.
 
     `packing` (data/packing.py): each device's pairs packed into its own rows, at most
-    `packing_max_segments` texts a row, the row count rounded up to `packing_row_multiple` (each row
-    count met compiles once). The same pairs, loss and resume as unpacked; fewer padding tokens.
+    `packing_max_segments` texts a row, the row count rounded up to `packing_row_bits` significant
+    binary digits (exact up to 8 rows, then 8 counts per doubling; each row count met compiles
+    once). The same pairs, loss and resume as unpacked; fewer padding tokens.
     """
     schedule = loop.Schedule(
         train_steps, batch_size, checkpoint_every, keep_checkpoints, log_every, eval_every, on_corrupt_checkpoint
@@ -301,7 +301,7 @@ def train(
         def init_state(fresh: bool):
             return initial_state(model, tx, mesh, seed, init_checkpoint if fresh else None, rules)
 
-        pack = _packer(packing, packing_max_segments, packing_row_multiple, grad_cache_chunk_size, mesh)
+        pack = _packer(packing, packing_max_segments, packing_row_bits, grad_cache_chunk_size, mesh)
 
         def batches(start: int):
             for batch in dataset(task, split, start_batch=start).as_numpy_iterator():
@@ -353,18 +353,17 @@ def train(
         )
 
 
-def _packer(packing: bool, max_segments: int, row_multiple: int, chunk: int | None, mesh):
+def _packer(packing: bool, max_segments: int, row_bits: int, chunk: int | None, mesh):
     """features -> packed features (this host's devices' rows; identity without packing). Every
     host's row count must agree (one global array): with several hosts the largest is taken."""
     if not packing:
         return lambda features: features
     from samtone_jax.data.packing import pack_batch
 
-    if max_segments < 1 or row_multiple < 1:
+    if max_segments < 1 or row_bits < 1:
         raise BadValueError(
-            f"train.packing_max_segments = {max_segments} and train.packing_row_multiple = {row_multiple} must be ≥ 1"
+            f"train.packing_max_segments = {max_segments} and train.packing_row_bits = {row_bits} must be ≥ 1"
         )
-    multiple = math.lcm(row_multiple, chunk or 1)  # GradCache chunks whole rows
     devices = mesh.shape["data"] // jax.process_count()
     agree = None
     if jax.process_count() > 1:
@@ -375,7 +374,8 @@ def _packer(packing: bool, max_segments: int, row_multiple: int, chunk: int | No
             return int(q), int(d)
 
     host = jax.process_index()
-    return lambda features: pack_batch(features, devices, max_segments, multiple, agree, host)
+    # GradCache encodes chunks of whole rows.
+    return lambda features: pack_batch(features, devices, max_segments, row_bits, chunk or 1, agree, host)
 
 
 def _evaluate(eval_fn, state, dataset, task, split, mesh, num_batches, id_masking):

@@ -143,6 +143,33 @@ def test_length_buckets_give_the_full_length_embeddings_in_input_order(trained_r
     assert [bucketed.bucket_length(u, 64) for u in (0, 1, 16, 17, 64)] == [1, 16, 16, 32, 64]
 
 
+@pytest.mark.parametrize("devices", [1, 8])
+def test_packed_encoding_gives_the_unpacked_embeddings_in_input_order(trained_run, monkeypatch, devices):
+    if jax.device_count() < devices:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    encoder = samtone_jax.load(str(trained_run))
+    texts = TEXTS * 3 + ["", "dog", "a b c d e f g h i j k l m n o p q"]  # the last one fills its row
+    tokens, _ = encoder.vocabulary.encode_batch(texts, 12)
+    args = (encoder.model, encoder.params, encoder.vocabulary)
+    full = TextEncoder(*args, batch_size=4, length_buckets=1)
+    mesh = partitioning.create_mesh() if devices == 8 else None
+    packed = TextEncoder(*args, mesh, batch_size=2, packing_max_segments=3)
+    rows = []
+    encode_tokens = packed.encode_tokens
+    monkeypatch.setattr(packed, "encode_tokens", lambda t, *a: rows.append(len(t)) or encode_tokens(t, *a))
+    np.testing.assert_allclose(
+        packed.encode_all(tokens, "document"), full.encode_all(tokens, "document"), rtol=1e-5, atol=1e-6
+    )
+    assert set(rows) == {packed.batch_size} and sum(rows) < len(texts)  # texts share rows
+
+
+def test_next_fit_rows_by_hand():
+    from samtone_jax.evaluation.encode import next_fit_rows
+
+    order, row, index = next_fit_rows(np.array([5, 3, 0, 7, 2]), 8, 2)
+    assert order.tolist() == [2, 4, 1, 0, 3] and row.tolist() == [0, 0, 1, 1, 2] and index.tolist() == [0, 1, 0, 1, 0]
+
+
 def test_load_errors_say_what_is_missing_and_where(trained_run, tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         samtone_jax.load(str(tmp_path / "nope"))

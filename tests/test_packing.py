@@ -1,5 +1,5 @@
-"""Packed rows (issue 19): several texts per row, segment ids and per-segment positions (T5X's
-convention). Each text's packed embedding must equal its embedding alone and unpadded."""
+"""Packed rows (issue 19): several texts per row, each a contiguous run numbered by its segment id
+(T5X's convention). Each text's packed embedding must equal its embedding alone and unpadded."""
 
 from __future__ import annotations
 
@@ -27,16 +27,15 @@ def _texts(seed=0):
 
 
 def _pack(rows):
-    """(tokens, segment_ids, positions) [R, LENGTH], written out independently of the packer."""
-    tokens, segments, positions = (np.zeros((len(rows), LENGTH), np.int32) for _ in range(3))
+    """(tokens, segment_ids) [R, LENGTH], written out independently of the packer."""
+    tokens, segments = (np.zeros((len(rows), LENGTH), np.int32) for _ in range(2))
     for r, row in enumerate(rows):
         at = 0
         for s, text in enumerate(row):
             tokens[r, at : at + len(text)] = text
             segments[r, at : at + len(text)] = s + 1
-            positions[r, at : at + len(text)] = np.arange(len(text))
             at += len(text)
-    return tokens, segments, positions
+    return tokens, segments
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
@@ -46,7 +45,7 @@ def test_packed_embeddings_equal_each_text_alone(architecture, layers):
     model = DualEncoder(config, architecture, projection_dim=16, identical_tower_init=False)
     params = {"params": nn.unbox(init_params(model, jax.random.PRNGKey(1)))}
     rows = _texts()
-    tokens, segments, positions = _pack(rows)
+    tokens, segments = _pack(rows)
     slots = max(len(r) for r in rows)
     # Each text alone in its own row (padding after it changes nothing: test_dual_encoder's
     # test_padding_does_not_change_embeddings; the 48-token text fills its row, unpadded).
@@ -55,9 +54,9 @@ def test_packed_embeddings_equal_each_text_alone(architecture, layers):
     for i, text in enumerate(texts):
         alone_rows[i, : len(text)] = text
     for side, method in (("query", model.encode_queries), ("document", model.encode_documents)):
-        packed = jax.jit(
-            lambda p, t, s, q, side=side: model.apply(p, t, s, q, side, slots, method=model.encode_packed)
-        )(params, tokens, segments, positions)
+        packed = jax.jit(lambda p, t, s, side=side: model.apply(p, t, s, side, slots, method=model.encode_packed))(
+            params, tokens, segments
+        )
         alone = jax.jit(lambda p, t, m=method: model.apply(p, t, method=m))(params, alone_rows)
         assert packed.shape == (len(rows), slots, 16)
         i = 0
@@ -75,7 +74,8 @@ def test_a_packed_text_ignores_its_neighbours():
     rows = _texts()
     changed = [list(r) for r in rows]
     changed[1] = [rows[1][0], [5] * 6 + [1], rows[1][2]]  # the middle text of row 1
-    embed = [model.apply(params, *_pack(x), "query", 3, method=model.encode_packed)[1] for x in (rows, changed)]
+    packed = jax.jit(lambda p, t, s: model.apply(p, t, s, "query", 3, method=model.encode_packed))
+    embed = [packed(params, *_pack(x))[1] for x in (rows, changed)]
     np.testing.assert_allclose(embed[0][np.array([0, 2])], embed[1][np.array([0, 2])], rtol=1e-6, atol=1e-7)
     assert np.abs(embed[0][1] - embed[1][1]).max() > 1e-3
 
@@ -141,8 +141,8 @@ def test_the_packer_keeps_every_text_whole_and_on_its_own_devices_rows(k, device
             np.testing.assert_array_equal(_read(packed, prefix, slot, 3), _real(text))
             row = int(slot) // 3
             assert device * rows // devices <= row < (device + 1) * rows // devices  # its device's block
-            in_text = packed[f"{prefix}_segment_ids"][row] == int(slot) % 3 + 1
-            np.testing.assert_array_equal(packed[f"{prefix}_positions"][row][in_text], np.arange(in_text.sum()))
+            in_text = np.flatnonzero(packed[f"{prefix}_segment_ids"][row] == int(slot) % 3 + 1)
+            assert np.all(np.diff(in_text) == 1)  # one contiguous run: the encoder relies on it
     slots = np.concatenate([packed["doc_slot"], packed["negative_slot"].ravel()] if k else [packed["doc_slot"]])
     assert len(set(slots.tolist())) == len(slots) and len(set(packed["query_slot"].tolist())) == 32
 
@@ -151,7 +151,7 @@ def test_packed_rows_are_mostly_real_tokens():
     from samtone_jax.data.packing import pack_batch
 
     batch = _batch(seed=5, b=256, lq=32, ld=48, short=16)  # queries of ≤ 16 tokens of 32, as on real data
-    a = pack_batch(batch, 1, max_segments=8)
+    a = pack_batch(batch, 1, max_segments=8, row_bits=16)  # the rows first-fit decreasing needs, unrounded
     for prefix in ("query", "doc"):
         real = (a[f"{prefix}_segment_ids"] > 0).mean()
         unpacked = (batch[f"{prefix}_tokens"] > 0).mean()
@@ -168,6 +168,17 @@ def test_a_text_longer_than_its_row_or_a_bad_budget_is_named():
         pack_batch(_batch(), devices=3, max_segments=4)
     with pytest.raises(BadValueError, match="max_segments"):
         pack_batch(_batch(), devices=1, max_segments=0)
+    with pytest.raises(BadValueError, match=r"row_bits \(0\)"):
+        pack_batch(_batch(), devices=1, max_segments=4, row_bits=0)
+
+
+def test_row_counts_round_to_their_first_bits_then_to_the_multiple():
+    from samtone_jax.data.packing import round_rows
+
+    cases = {(7, 3): 7, (8, 3): 8, (9, 3): 10, (13, 3): 14, (16, 3): 16, (17, 3): 20, (33, 3): 40, (65, 3): 80}
+    cases.update({(17, 4): 18, (5, 1): 8, (1, 1): 1, (13, 16): 13})
+    assert {key: round_rows(*key) for key in cases} == cases
+    assert round_rows(13, 3, multiple=4) == 16 and round_rows(7, 3, multiple=2) == 8
 
 
 # The packed train step (train.make_train_step with a packed batch).
@@ -239,7 +250,14 @@ def test_hosts_packing_their_own_pairs_build_the_one_hosts_global_batch():
     whole = pack_batch(batch, devices=4, max_segments=3, row_multiple=2)
     agreed = (whole["query_tokens"].shape[0] // 4, whole["doc_tokens"].shape[0] // 4)
     halves = [
-        pack_batch({k: v[h * 16 : (h + 1) * 16] for k, v in batch.items()}, 2, 3, 2, lambda _: agreed, h)
+        pack_batch(
+            {k: v[h * 16 : (h + 1) * 16] for k, v in batch.items()},
+            2,
+            3,
+            row_multiple=2,
+            agree=lambda _: agreed,
+            host_index=h,
+        )
         for h in (0, 1)
     ]
     for key in whole:

@@ -1,5 +1,6 @@
-"""Packing a contrastive batch into rows: several texts per row (T5X's convention: `*_segment_ids`
-1, 2, ... per text and 0 for padding, `*_positions` counting from 0 in each text).
+"""Packing a contrastive batch into rows: several texts per row, each a contiguous run of its row
+(T5X's convention: `*_segment_ids` 1, 2, ... per text and 0 for padding; the encoder needs no
+per-text positions, see models/t5.T5Encoder).
 
 The batch keeps its pairs: the same B pairs as unpacked, in the same order, so the loss, the ids
 and resuming (step k = batch k of the pipeline) are exactly what they are without packing. Only
@@ -10,9 +11,12 @@ texts a row. `query_slot` / `doc_slot` [B] and `negative_slot` [B, K] say where 
 an index into the flattened [rows · max_segments] output of DualEncoder.encode_packed, global
 over the devices' row blocks.
 
-Shapes stay static: the row count per device is the largest any device needs, rounded up to a
-multiple of `row_multiple`, so a run compiles once per row count it meets (a few: the batches'
-token totals vary little) and never fails for a long batch. Texts are never split across rows;
+Shapes stay static: the row count per device is the largest any device needs, rounded up to
+`row_bits` significant binary digits (`round_rows`; then to a multiple of `row_multiple`, which
+GradCache sets to its chunk), so a run compiles once per row count it meets (a few: the batches'
+token totals vary little) and never fails for a long batch. Rounding relative to the count keeps
+the extra rows a few per cent at every scale: exact up to 2^row_bits rows (a pod's few rows per
+chip), 8 counts per doubling above it with the default 3. Texts are never split across rows;
 the feature converter has already truncated each one to its row length and counted it.
 """
 
@@ -33,8 +37,15 @@ class Packed:
 
     tokens: np.ndarray  # [rows, length] int32
     segment_ids: np.ndarray  # [rows, length] int32, 1..max_segments per text, 0 = padding
-    positions: np.ndarray  # [rows, length] int32
     slots: np.ndarray  # [texts] int32: row · max_segments + index in the row
+
+
+def round_rows(rows: int, bits: int, multiple: int = 1) -> int:
+    """`rows` rounded up to its first `bits` binary digits, then to a multiple of `multiple`
+    (bits 3: 7 -> 7, 13 -> 14, 17 -> 20, 33 -> 40)."""
+    step = 1 << max(0, rows.bit_length() - bits)
+    rows = -(-rows // step) * step
+    return -(-rows // multiple) * multiple
 
 
 def _lengths(texts: np.ndarray) -> np.ndarray:
@@ -66,15 +77,14 @@ def assign_rows(lengths: np.ndarray, length: int, max_segments: int) -> tuple[np
 def write_rows(texts: np.ndarray, lengths, row, index, rows: int, max_segments: int) -> Packed:
     """The texts [n, L] written into `rows` rows at (row, index), in index order within each row."""
     length = texts.shape[1]
-    tokens, segment_ids, positions = (np.zeros((rows, length), np.int32) for _ in range(3))
+    tokens, segment_ids = (np.zeros((rows, length), np.int32) for _ in range(2))
     at = np.zeros(rows, np.int64)
     for t in np.lexsort((index, row)):  # by row, then by index: each text after the earlier ones
         r, n = row[t], lengths[t]
         tokens[r, at[r] : at[r] + n] = texts[t, :n]
         segment_ids[r, at[r] : at[r] + n] = index[t] + 1
-        positions[r, at[r] : at[r] + n] = np.arange(n)
         at[r] += n
-    return Packed(tokens, segment_ids, positions, (row * max_segments + index).astype(np.int32))
+    return Packed(tokens, segment_ids, (row * max_segments + index).astype(np.int32))
 
 
 def _place(blocks: list[np.ndarray], max_segments: int) -> tuple[list, int]:
@@ -94,7 +104,6 @@ def _write(placed: list, rows: int, max_segments: int, first_row: int) -> Packed
     return Packed(
         np.concatenate([p.tokens for p in parts]),
         np.concatenate([p.segment_ids for p in parts]),
-        np.concatenate([p.positions for p in parts]),
         np.concatenate([p.slots + o for p, o in zip(parts, offsets, strict=True)]).astype(np.int32),
     )
 
@@ -103,20 +112,24 @@ def pack_batch(
     batch: dict[str, np.ndarray],
     devices: int,
     max_segments: int,
+    row_bits: int = 3,
     row_multiple: int = 1,
     agree=None,
     host_index: int = 0,
 ) -> dict:
     """A batch of model features (query_tokens [B, Lq], doc_tokens [B, Ld], negative_tokens
-    [B, K, Ld], ids) -> the packed batch: the ids unchanged; query_/doc_ tokens, segment_ids and
-    positions [devices · R, L]; query_slot, doc_slot [B]; negative_slot [B, K]. See the module
+    [B, K, Ld], ids) -> the packed batch: the ids unchanged; query_/doc_ tokens and segment_ids
+    [devices · R, L]; query_slot, doc_slot [B]; negative_slot [B, K]. See the module
     docstring.
 
     With several hosts, each packs its own pairs for its `devices`: `agree`((Rq, Rd)) returns the row
     counts every host uses (the largest), and `host_index` places this host's rows in the global
     array (its slots count from row host_index · devices · R)."""
-    if max_segments < 1 or row_multiple < 1:
-        raise BadValueError(f"packing: max_segments ({max_segments}) and row_multiple ({row_multiple}) must be ≥ 1")
+    if min(max_segments, row_bits, row_multiple) < 1:
+        raise BadValueError(
+            f"packing: max_segments ({max_segments}), row_bits ({row_bits}) and row_multiple ({row_multiple}) "
+            "must be ≥ 1"
+        )
     b = batch["query_tokens"].shape[0]
     if b % devices:
         raise BadValueError(f"packing: a batch of {b} pairs does not split over {devices} devices")
@@ -134,7 +147,7 @@ def pack_batch(
     ]
     placed_q, rows_q = _place(np.split(batch["query_tokens"], devices), max_segments)
     placed_d, rows_d = _place(doc_blocks, max_segments)
-    rows_q, rows_d = (-(-r // row_multiple) * row_multiple for r in (rows_q, rows_d))
+    rows_q, rows_d = (round_rows(r, row_bits, row_multiple) for r in (rows_q, rows_d))
     if agree is not None:
         rows_q, rows_d = agree((rows_q, rows_d))
     queries = _write(placed_q, rows_q, max_segments, host_index * devices * rows_q)
@@ -142,7 +155,6 @@ def pack_batch(
     out = {key: v for key, v in batch.items() if key not in ("query_tokens", "doc_tokens", "negative_tokens")}
     for prefix, packed in (("query", queries), ("doc", docs)):
         out[f"{prefix}_tokens"], out[f"{prefix}_segment_ids"] = packed.tokens, packed.segment_ids
-        out[f"{prefix}_positions"] = packed.positions
     slots = docs.slots.reshape(devices, per * (1 + k))
     out["query_slot"] = queries.slots
     out["doc_slot"] = slots[:, :per].reshape(b)

@@ -5,6 +5,12 @@ spaced lengths that holds its longest row (trailing padding changes nothing: att
 pooling mask it, and T5's position bias is relative), so a corpus of short texts costs its real
 length, not the maximum; at most `length_buckets` compilations per (model, side), and the last
 batch is padded to the compiled batch size.
+
+Packed (`packing_max_segments` S): the length-sorted texts are instead laid next-fit into rows of
+the full length, up to S texts a row (data/packing.py's rows: attention within each text), and a
+batch is `batch_size` such rows: one compilation per (model, side), and short texts cost their
+tokens even below the shortest bucket. Each embedding equals the unpacked one (tests/test_inference.py).
+
 With a mesh, each batch is split over the 'data' devices (of every process: each fills its own
 devices' rows, and the embeddings are gathered back to every process) and the parameters are
 laid out by the partitioning rules, so encoding uses every device the mesh holds.
@@ -20,6 +26,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from samtone_jax import partitioning
+from samtone_jax.data.packing import write_rows
 from samtone_jax.data.sentencepiece_tokens import encode_texts as tokenize
 from samtone_jax.errors import BadValueError
 from samtone_jax.models import init_params
@@ -37,13 +44,52 @@ def _compiled(model, side: str):
     return jax.jit(functools.partial(model.apply, method=method))
 
 
+@functools.cache
+def _compiled_packed(model, side: str, max_segments: int):
+    """The same for packed rows: (variables, tokens, segment_ids) -> [rows, max_segments, P]."""
+    if side not in SIDES:
+        raise BadValueError(f"side must be one of {SIDES}, got {side!r}")
+
+    def apply(variables, tokens, segment_ids):
+        return model.apply(variables, tokens, segment_ids, side, max_segments, method=model.encode_packed)
+
+    return jax.jit(apply)
+
+
+def next_fit_rows(lengths: np.ndarray, length: int, max_segments: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(order, row, index): the texts in `order` (shortest first) laid next-fit into rows of
+    `length` tokens, at most `max_segments` a row; text order[i] goes to row[i], segment index[i]."""
+    order = np.argsort(lengths, kind="stable")
+    row, index = np.zeros(len(order), np.int64), np.zeros(len(order), np.int64)
+    r, s, used = 0, 0, 0
+    for i, t in enumerate(order):
+        n = int(lengths[t])
+        if s == max_segments or used + n > length:
+            r, s, used = r + 1, 0, 0
+        row[i], index[i] = r, s
+        s, used = s + 1, used + n
+    return order, row, index
+
+
 class TextEncoder:
     """Compiled, sharded text -> embedding for one model (parameters fixed, or given per call)."""
 
-    def __init__(self, model, params, vocabulary, mesh=None, batch_size: int = 256, length_buckets: int = 8):
+    def __init__(
+        self,
+        model,
+        params,
+        vocabulary,
+        mesh=None,
+        batch_size: int = 256,
+        length_buckets: int = 8,
+        packing_max_segments: int | None = None,
+    ):
         if length_buckets < 1:
             raise BadValueError(f"length_buckets must be >= 1 (1 = always the full length), got {length_buckets}")
+        if packing_max_segments is not None and packing_max_segments < 1:
+            raise BadValueError(f"packing_max_segments must be >= 1 (None: unpacked), got {packing_max_segments}")
         self.model, self.vocabulary, self.mesh, self.length_buckets = model, vocabulary, mesh, length_buckets
+        self.packing_max_segments = packing_max_segments
         devices = 1 if mesh is None else mesh.shape["data"]
         self.batch_size = -(-max(batch_size, 1) // devices) * devices  # a multiple of the data devices
         self._tokens_sharding = None if mesh is None else NamedSharding(mesh, P("data"))
@@ -56,14 +102,23 @@ class TextEncoder:
         boxed = jax.eval_shape(lambda: init_params(self.model, jax.random.PRNGKey(0)))
         return jax.device_put(params, partitioning.param_shardings(self.mesh, boxed))
 
-    def encode_tokens(self, tokens: np.ndarray, side: str, params=None) -> np.ndarray:
-        """tokens [N, L] int32 (N <= batch_size, the same on every process) -> [N, P] float32."""
+    def encode_tokens(self, tokens: np.ndarray, side: str, params=None, segment_ids=None) -> np.ndarray:
+        """tokens [N, L] int32 (N <= batch_size, the same on every process) -> [N, P] float32; packed
+        rows (with their segment_ids [batch_size, L]) -> [batch_size, packing_max_segments, P]."""
         n = len(tokens)
         if n < self.batch_size:  # pad to the compiled shape (padding rows are dropped below)
             tokens = np.concatenate([tokens, np.zeros((self.batch_size - n, tokens.shape[1]), tokens.dtype)])
+        arrays = (tokens,) if segment_ids is None else (tokens, segment_ids)
         if self._tokens_sharding is not None:
-            tokens = jax.make_array_from_callback(tokens.shape, self._tokens_sharding, lambda index: tokens[index])
-        out = _compiled(self.model, side)({"params": self.params if params is None else params}, tokens)
+            arrays = tuple(
+                jax.make_array_from_callback(a.shape, self._tokens_sharding, lambda index, a=a: a[index])
+                for a in arrays
+            )
+        if segment_ids is None:
+            compiled = _compiled(self.model, side)
+        else:
+            compiled = _compiled_packed(self.model, side, self.packing_max_segments)
+        out = compiled({"params": self.params if params is None else params}, *arrays)
         if not out.is_fully_addressable:  # a multi-process mesh: every process gets all rows
             from jax.experimental import multihost_utils
 
@@ -86,15 +141,34 @@ class TextEncoder:
             return np.zeros((0, 0), np.float32)
         full = tokens.shape[1]
         used = np.where((tokens != 0).any(axis=1), full - np.argmax(tokens[:, ::-1] != 0, axis=1), 0)
-        order = np.argsort(used, kind="stable")
+        if self.packing_max_segments is None:
+            batches = self._bucketed(tokens, used, side, params)
+        else:
+            batches = self._packed(tokens, used, side, params)
         out = None
-        for start in range(0, len(tokens), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            length = self.bucket_length(int(used[rows].max()), full)
-            embeddings = self.encode_tokens(tokens[rows, :length], side, params)
+        for texts, embeddings in batches:
             if out is None:
                 out = np.zeros((len(tokens), embeddings.shape[1]), embeddings.dtype)
-            out[rows] = embeddings
+            out[texts] = embeddings
             if progress is not None:
-                progress(len(rows))
+                progress(len(texts))
         return out
+
+    def _bucketed(self, tokens, used, side, params):
+        """(text indices, their embeddings) per batch of `batch_size` length-sorted texts."""
+        order = np.argsort(used, kind="stable")
+        for start in range(0, len(tokens), self.batch_size):
+            texts = order[start : start + self.batch_size]
+            length = self.bucket_length(int(used[texts].max()), tokens.shape[1])
+            yield texts, self.encode_tokens(tokens[texts, :length], side, params)
+
+    def _packed(self, tokens, used, side, params):
+        """(text indices, their embeddings) per batch of `batch_size` packed rows."""
+        segments = self.packing_max_segments
+        order, row, index = next_fit_rows(used, tokens.shape[1], segments)
+        for first in range(0, int(row[-1]) + 1, self.batch_size):
+            mine = (row >= first) & (row < first + self.batch_size)
+            texts = order[mine]
+            packed = write_rows(tokens[texts], used[texts], row[mine] - first, index[mine], self.batch_size, segments)
+            embeddings = self.encode_tokens(packed.tokens, side, params, packed.segment_ids)
+            yield texts, embeddings.reshape(-1, embeddings.shape[-1])[packed.slots]

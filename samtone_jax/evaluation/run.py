@@ -112,12 +112,14 @@ def evaluate(
     backend: str = "exact",
     keep_embeddings: bool = True,
     shard_size: int = 65536,
+    packing_max_segments: int | None = None,
 ) -> dict[str, float]:
     """Evaluate the checkpoint at `step` (default: the latest) of MODEL_DIR on task/split; lengths
     default to the run's train.query_length / train.doc_length.
 
     backend: 'exact' (on device), 'approx' (lax.approx_max_k, TPU), 'faiss' (IndexFlatIP) or
-    'faiss_ivfpq' (approximate); see samtone_jax/evaluation/search.py.
+    'faiss_ivfpq' (approximate); see samtone_jax/evaluation/search.py. `packing_max_segments` S:
+    texts encoded packed, up to S a row (the same embeddings, less padding; samtone_jax.load).
     """
     import jax
 
@@ -126,7 +128,13 @@ def evaluate(
     collection = tasks.load(task, split)  # bad data fails here, before the model is loaded
     mesh = partitioning.create_mesh(devices=jax.local_devices())
     encoder = inference.load(
-        model_dir, step=step, vocabulary=vocabulary, query_length=query_length, doc_length=doc_length, mesh=mesh
+        model_dir,
+        step=step,
+        vocabulary=vocabulary,
+        query_length=query_length,
+        doc_length=doc_length,
+        mesh=mesh,
+        packing_max_segments=packing_max_segments,
     )
     name = f"{task}_{split}_step{encoder.step}"
     out = paths.as_path(model_dir) / "eval"

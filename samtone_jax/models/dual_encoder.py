@@ -131,16 +131,15 @@ class DualEncoder(nn.Module):
         self,
         tokens: jax.Array,
         segment_ids: jax.Array,
-        positions: jax.Array,
         side: str,
         num_segments: int,
         deterministic: bool = True,
     ) -> jax.Array:
-        """Packed rows (tokens, segment_ids, positions [B, L]; T5X's convention) of one side ->
+        """Packed rows (tokens, segment_ids [B, L]; T5X's convention) of one side ->
         embeddings [B, num_segments, P], slot s of row b holding the text with segment id s + 1
         (a slot no text uses: zeros). Each text's embedding is the one it gets unpacked."""
         encoder, projection = self._towers(side)
-        hidden = encoder(tokens, deterministic=deterministic, segment_ids=segment_ids, positions=positions)
+        hidden = encoder(tokens, deterministic=deterministic, segment_ids=segment_ids)
         return l2_normalize(projection(segment_mean_pool(hidden, segment_ids, num_segments)))
 
     def encode_queries(self, tokens: jax.Array, deterministic: bool = True) -> jax.Array:

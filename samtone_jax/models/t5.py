@@ -154,13 +154,12 @@ def relative_position_bucket(relative_position, num_buckets: int, max_distance: 
 
 
 class RelativePositionBias(nn.Module):
-    """One [heads, buckets] table; returns the additive attention bias [1, heads, q, k], or with
-    `positions` [B, L] (each token's position in its packed segment) [B, heads, L, L]."""
+    """One [heads, buckets] table; returns the additive attention bias [1, heads, q, k]."""
 
     config: T5Config
 
     @nn.compact
-    def __call__(self, query_length: int, key_length: int, positions: jax.Array | None = None):
+    def __call__(self, query_length: int, key_length: int):
         cfg = self.config
         table = _param(
             self,
@@ -170,16 +169,6 @@ class RelativePositionBias(nn.Module):
             ("heads", "relpos_buckets"),
             jnp.dtype(cfg.param_dtype),
         )
-        if positions is not None:
-            # The bucket of every relative position a row can hold, computed as the unpacked path
-            # computes it (NumPy), then looked up: packed and unpacked texts get the same buckets.
-            distances = np.arange(-(key_length - 1), key_length)
-            by_distance = relative_position_bucket(
-                distances, cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance
-            )
-            relative = positions[:, None, :] - positions[:, :, None]  # [B, q, k]: key − query
-            buckets = jnp.asarray(by_distance, jnp.int32)[jnp.clip(relative + key_length - 1, 0, 2 * key_length - 2)]
-            return jnp.moveaxis(jnp.take(table.astype(jnp.float32), buckets, axis=1), 0, 1)
         relative = np.arange(key_length)[None, :] - np.arange(query_length)[:, None]
         buckets = relative_position_bucket(
             relative, cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance
@@ -259,9 +248,11 @@ class T5Encoder(nn.Module):
     computed but meaningless (pooling ignores them).
 
     Packed rows (T5X's convention): `segment_ids` [B, L] numbers the texts of a row 1, 2, ...
-    (0 = padding) and `positions` [B, L] counts from 0 in each text. A token attends only to its
-    own text, with relative positions taken within it, so each text's hidden states are the ones
-    it would get alone in a row.
+    (0 = padding), each text one contiguous run of its row. A token attends only to its own text.
+    Within a run, the distance between two tokens in the row is their distance in the text (the
+    text's offset cancels), so the row's relative-position bias is the text's own: each text's
+    hidden states are the ones it gets alone in a row, with no per-row [B, heads, L, L] bias
+    gathered (and no scatter of its gradient) as per-text positions would need.
     """
 
     config: T5Config
@@ -272,7 +263,6 @@ class T5Encoder(nn.Module):
         tokens: jax.Array,
         deterministic: bool = True,
         segment_ids: jax.Array | None = None,
-        positions: jax.Array | None = None,
     ) -> jax.Array:
         cfg = self.config
         if tokens.ndim != 2:
@@ -291,9 +281,7 @@ class T5Encoder(nn.Module):
         x = drop(x, deterministic=deterministic)
 
         length = tokens.shape[1]
-        if (segment_ids is None) != (positions is None):
-            raise BadValueError("packed rows need both segment_ids and positions")
-        position_bias = RelativePositionBias(cfg, name="relpos_bias")(length, length, positions)
+        position_bias = RelativePositionBias(cfg, name="relpos_bias")(length, length)
         if segment_ids is None:
             masked = (tokens == PAD_ID)[:, None, None, :]
         else:  # keys of other texts and padding keys
