@@ -97,6 +97,7 @@ class Ours:
         model = gin_utils.model()
         self.mesh = partitioning.create_mesh(devices=jax.devices()[:1])
         tx, schedule = train.adafactor(learning_rate=LR, train_steps=10_000)
+        self.model, self.tx, self.max_segments = model, tx, max_segments
         self.state = train.initial_state(model, tx, self.mesh, seed=0, init_checkpoint=None)
         step = train.make_train_step(model, tx, schedule, self.mesh, None, gin_utils.contrastive_loss, max_segments)
         self.step = jax.jit(step, donate_argnums=0)
