@@ -339,6 +339,7 @@ def test_progress_off_a_terminal_prints_done_total_rate_and_eta_every_interval()
 
 # Every CPU start printed TensorFlow's "failed call to cuInit ... (303)": TF's CUDA probe on a
 # host without a driver. Hidden at its source (tensorflow_setup.py); other TF lines still show.
+@pytest.mark.slow
 def test_a_cpu_start_prints_no_cuda_probe_line_and_tensorflow_sees_no_gpu():
     import subprocess
     import sys

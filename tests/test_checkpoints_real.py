@@ -59,6 +59,7 @@ def _raw_t5x_arrays(directory):
     return out
 
 
+@pytest.mark.slow
 def test_t5x_retrieval_checkpoint_every_array_equals_its_storage():
     directory = require_shared("checkpoints/t5x_retrieval_de_t5_tiny_checkpoint_1000")
     raw = _raw_t5x_arrays(str(directory))
@@ -93,6 +94,7 @@ def test_t5x_retrieval_checkpoint_every_array_equals_its_storage():
     assert np.abs(emb[0] - emb[1]).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_t5x_single_file_checkpoint_loads_with_decoder_unused():
     path = require_shared("checkpoints/t5x_test_t5_tiny.checkpoint_0")
     config = T5Config(vocab_size=32128, emb_dim=8, num_heads=4, head_dim=3, mlp_dim=16, num_layers=2)
