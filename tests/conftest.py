@@ -153,34 +153,17 @@ def tiny_train_argv(model_dir, vocab_path, steps=2, architecture="sde", extra=()
 _TRAINED_RUNS: dict = {}
 
 
-def _shared_dir(tmp_path_factory) -> Path:
-    """A folder of this session that every pytest-xdist worker sees (their base temps' parent), or
-    this process's base temp without workers."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 def _trained(architecture, wordnet_data, tmp_path_factory):
-    """A MODEL_DIR of a tiny `architecture` model trained 2 steps, once a session: the first worker
-    that needs it trains it (under a file lock) and every worker gets its own copy, which its tests
-    may write into (eval/, embeddings/)."""
+    """A MODEL_DIR of a tiny `architecture` model trained 2 steps in this process (once a session)."""
     if architecture not in _TRAINED_RUNS:
-        from filelock import FileLock
-
         from samtone_jax import cli
 
-        shared = _shared_dir(tmp_path_factory) / f"trained_{architecture}"
-        with FileLock(f"{shared}.lock"):
-            if not (shared / "done").exists():
-                wn, vocab_path = wordnet_data
-                extra = ["--gin.PROJECTION_DIM=24"] if architecture != "sde" else []
-                with pytest.MonkeyPatch.context() as patch:
-                    patch.setenv("WORDNET_DIR", str(wn))
-                    argv = tiny_train_argv(shared / "run", vocab_path, architecture=architecture, extra=extra)
-                    assert cli.main(argv) == 0
-                (shared / "done").touch()
+        wn, vocab_path = wordnet_data
         model_dir = tmp_path_factory.mktemp(f"trained_{architecture}") / "run"
-        shutil.copytree(shared / "run", model_dir)
+        extra = ["--gin.PROJECTION_DIM=24"] if architecture != "sde" else []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("WORDNET_DIR", str(wn))
+            assert cli.main(tiny_train_argv(model_dir, vocab_path, architecture=architecture, extra=extra)) == 0
         _TRAINED_RUNS[architecture] = model_dir
     return _TRAINED_RUNS[architecture]
 
