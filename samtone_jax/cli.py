@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-from samtone_jax.errors import BadValueError, ExistingFileError
+from samtone_jax import commands
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's INFO lines; its CUDA probe: tensorflow_setup.py
 
@@ -36,61 +36,6 @@ def _add_gin_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gin_bindings", action="append", default=[], help="extra gin binding(s)")
 
 
-def _cmd_import_checkpoint(args, bindings) -> int:
-    import gin
-    import jax
-
-    from samtone_jax import configurables, gin_utils, paths
-    from samtone_jax.checkpoints import import_params, save_params
-
-    paths.check_bucket(args.dst, "--dst")
-    src = paths.as_path(args.src)
-    gin_files, gin_text = args.gin_file, None
-    extra_bindings = []
-    if not gin_files and (src / "model.gin").exists():  # a `samtone export` folder describes its model
-        import json
-
-        gin_text = (src / "model.gin").read_text()
-        exported = json.loads((src / "samtone.json").read_text())  # keep its lengths for samtone_jax.load
-        extra_bindings = [
-            f"train.query_length = {exported['query_length']}",
-            f"train.doc_length = {exported['doc_length']}",
-        ]
-    if gin_text is not None:
-        configurables.parse([], [gin_text, *extra_bindings, *args.gin_bindings, *bindings])
-    else:
-        configurables.parse(gin_files, extra_bindings + args.gin_bindings + bindings)
-    model = gin_utils.model()
-    params, info = import_params(args.format, str(src), model, seed=args.seed)
-    vocabulary = src / "spiece.model"
-    extra = {"vocab.model": vocabulary.read_bytes()} if vocabulary.exists() else {}
-    out = save_params(args.dst, params, gin.config_str(), info, overwrite=args.overwrite, extra_files=extra)
-    n = sum(x.size for x in jax.tree_util.tree_leaves(params))
-    print(
-        f"imported {info['variables_used']} variables ({n:,} parameters, architecture "
-        f"{model.architecture}) from {args.src} -> {out}; "
-        f"{len(info['unused_variables'])} source variables unused (listed in {out}/info.json)"
-    )
-    return 0
-
-
-def _init_distributed(args) -> None:
-    """Join the multi-controller runtime before JAX is used (TPU pods: automatic)."""
-    import jax
-
-    if args.num_cpu_devices:
-        jax.config.update("jax_num_cpu_devices", args.num_cpu_devices)
-    if args.coordinator_address or args.num_processes:
-        jax.distributed.initialize(
-            coordinator_address=args.coordinator_address,
-            num_processes=args.num_processes,
-            process_id=args.process_id,
-            heartbeat_timeout_seconds=args.heartbeat_timeout_seconds,
-        )
-    elif args.multihost:  # TPU pod / SLURM: discovered from the environment
-        jax.distributed.initialize(heartbeat_timeout_seconds=args.heartbeat_timeout_seconds)
-
-
 # Modes configured entirely by gin: (mode, module, gin-configurable function, print final metrics, help).
 GIN_MODES = (
     ("train", "samtone_jax.configurables", "train_program", True, "train a dual encoder (gin: runs/*.gin)"),
@@ -103,170 +48,6 @@ GIN_MODES = (
     ),
     ("eval", "samtone_jax.evaluation.run", "evaluate", False, "retrieval metrics of a trained model (gin: evaluate.*)"),
 )
-
-
-def _gin_command(module: str, function: str, report_final: bool):
-    """A mode that joins the distributed runtime, parses the gin flags and calls the gin-configured
-    `module.function()` (configurables.train_program, configurables.train_adore_program, evaluate)."""
-
-    def run(args, bindings) -> int:
-        _init_distributed(args)
-        import importlib
-
-        from samtone_jax import configurables
-
-        configurables.parse(args.gin_file, args.gin_bindings + bindings)
-        metrics = getattr(importlib.import_module(module), function)()
-        if report_final and metrics:
-            print("final " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())))
-        return 0
-
-    return run
-
-
-def _default_embeddings_dir(checkpoint: str, task: str, split: str, step: int | None) -> str:
-    from samtone_jax import inference, paths
-
-    kind, directory, step = inference.resolve(checkpoint, step)
-    return paths.join(directory, "embeddings", f"{task}_{split}" + (f"_step{step}" if step is not None else ""))
-
-
-def _cmd_encode(args, bindings) -> int:
-    _init_distributed(args)
-    import jax
-
-    from samtone_jax import inference, partitioning, paths
-    from samtone_jax.evaluation.run import embed
-
-    split, collection = _load_task(args)
-    out = args.out or _default_embeddings_dir(args.checkpoint, args.task, split, args.step)
-    paths.check_bucket(out, "--out")
-    encoder = inference.load(
-        args.checkpoint,
-        step=args.step,
-        vocabulary=args.vocabulary,
-        query_length=args.query_length,
-        doc_length=args.doc_length,
-        batch_size=args.batch_size,
-        mesh=partitioning.create_mesh(devices=jax.local_devices()),
-        packing_max_segments=args.packing_max_segments,
-    )
-    sides = {"query": ("query",), "document": ("document",), "both": ("query", "document")}[args.side]
-    for side in sides:
-        texts = collection.queries if side == "query" else collection.corpus
-        folder = paths.join(out, "queries" if side == "query" else "documents")
-        ids, embeddings = embed(encoder, texts, side, folder, args.shard_size)
-        if jax.process_index() == 0:
-            print(f"{len(ids):,} {side} embeddings [{embeddings.shape[1]}] of {args.task}/{split} -> {folder}")
-    return 0
-
-
-def _cmd_compare(args, bindings) -> int:
-    from samtone_jax.evaluation import significance
-
-    result = significance.compare(
-        args.runs,
-        measures=args.measures,
-        test=args.test,
-        trials=args.trials,
-        seed=args.seed,
-        allow_partial=args.allow_partial,
-    )
-    print(significance.format_table(result))
-    return 0
-
-
-def _cmd_analyze(args, bindings) -> int:
-    import jax
-
-    from samtone_jax import inference, partitioning, paths
-    from samtone_jax.analysis import analyze
-
-    paths.check_bucket(args.out, "--out")
-    names = args.name or [paths.as_path(c).name for c in args.checkpoint]
-    if len(names) != len(args.checkpoint) or len(set(names)) != len(names):
-        raise BadValueError(f"--name must give one distinct name per --checkpoint; got {names} for {args.checkpoint}")
-    split, collection = _load_task(args)
-    mesh = partitioning.create_mesh(devices=jax.local_devices())
-    encoders = {
-        name: inference.load(
-            path, vocabulary=args.vocabulary, query_length=args.query_length, doc_length=args.doc_length, mesh=mesh
-        )
-        for name, path in zip(names, args.checkpoint, strict=True)
-    }
-    summary = analyze(
-        encoders,
-        collection.drop_empty(),
-        args.out,
-        tsne_sample=args.tsne_sample,
-        ratio_pairs=args.ratio_pairs,
-        seed=args.seed,
-        max_queries=args.max_queries,
-    )
-    for name, numbers in summary["models"].items():
-        print(
-            f"{name}: median top-1 cosine {numbers['top1_cosine_median']:.4f}, "
-            f"median similarity ratio {numbers['similarity_ratio_median']:.4f}"
-        )
-    print(f"figures and report.md in {args.out}")
-    return 0
-
-
-def _cmd_export(args, bindings) -> int:
-    from samtone_jax.export import export
-
-    info = export(
-        args.checkpoint, args.format, args.dst, step=args.step, vocabulary=args.vocabulary, overwrite=args.overwrite
-    )
-    print(
-        f"exported {info['architecture']} ({args.format}) to {args.dst}; embeddings equal ours on the probe texts "
-        f"(min cosine {info['min_cosine']:.7f})"
-    )
-    return 0
-
-
-def _cmd_mine(args, bindings) -> int:
-    from samtone_jax import paths
-    from samtone_jax.hard_negatives.mining import mine
-
-    paths.check_bucket(args.out, "--out")
-    if bool(args.checkpoint) == args.bm25:
-        raise BadValueError("samtone mine needs exactly one of --checkpoint=MODEL (dense mining) or --bm25")
-    if paths.as_path(args.out).exists() and not args.overwrite:  # before the slow part, as export does
-        raise ExistingFileError(f"{paths.as_str(args.out)} already exists; choose another --out or pass --overwrite")
-    split, collection = _load_task(args)
-    encoder, mesh = None, None
-    if args.checkpoint:
-        import jax
-
-        from samtone_jax import inference, partitioning
-
-        mesh = partitioning.create_mesh(devices=jax.local_devices())
-        encoder = inference.load(args.checkpoint, step=args.step, vocabulary=args.vocabulary, mesh=mesh)
-    summary = mine(
-        collection,
-        args.out,
-        encoder=encoder,
-        num_negatives=args.num_negatives,
-        range_min=args.range_min,
-        range_max=args.range_max,
-        relative_margin=args.relative_margin,
-        strategy=args.strategy,
-        seed=args.seed,
-        mesh=mesh,
-    )
-    print(
-        f"{summary['queries']:,} queries of {args.task}/{split} -> {args.out}: {summary['with_enough_negatives']:,} "
-        f"with {args.num_negatives} negatives, {summary['without_enough_negatives']:,} with fewer "
-        f"({summary['without_any_negative']:,} with none); counts in {args.out}.json"
-    )
-    return 0
-
-
-def _cmd_demo(args, bindings) -> int:
-    from samtone_jax import demo
-
-    return demo.main(args.gin_file, args.gin_bindings + bindings)
 
 
 def _add_distributed_flags(p: argparse.ArgumentParser) -> None:
@@ -298,44 +79,6 @@ def _task_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")
 
 
-def _load_task(args):
-    from samtone_jax import tasks
-
-    if args.data_dir:
-        os.environ["SAMTONE_DATA_DIR"] = args.data_dir
-    if args.task not in tasks.LOADERS:
-        raise BadValueError(f"unknown task {args.task!r}; registered tasks: {', '.join(tasks.task_names())}")
-    splits = tasks.LOADERS[args.task][1]
-    split = args.split or splits[0]
-    return split, tasks.load(args.task, split, args.skip_bad_records or None)  # None: gin decides
-
-
-def _cmd_build_vocab(args, bindings) -> int:
-    from samtone_jax import paths
-    from samtone_jax.data import vocab
-
-    paths.check_bucket(args.out, "--out")
-    split, collection = _load_task(args)
-    texts = collection.texts()  # id order: the same files give the same model
-    data = vocab.train_sentencepiece(texts, args.vocab_size, args.out)
-    print(
-        f"trained a {args.vocab_size}-piece SentencePiece model on {len(texts):,} texts of {args.task}/{split} "
-        f"-> {args.out} ({len(data):,} bytes)"
-    )
-    return 0
-
-
-def _cmd_data_stats(args, bindings) -> int:
-    import json
-
-    from samtone_jax.data.stats import collection_stats
-
-    split, collection = _load_task(args)
-    stats = collection_stats(collection, args.vocab, args.query_length, args.doc_length)
-    print(json.dumps({"task": args.task, "split": split, **stats}, indent=2))
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="samtone", description=__doc__.splitlines()[0])
     parser.add_argument("--verbosity", default="INFO", help="logging level (DEBUG, INFO, WARNING)")
@@ -348,13 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dst", required=True, help="output parameter checkpoint directory")
     p.add_argument("--seed", type=int, default=0, help="seed for a projection the source lacks")
     p.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
-    p.set_defaults(run=_cmd_import_checkpoint)
+    p.set_defaults(run=commands.cmd_import_checkpoint)
 
     for mode, module, function, report_final, text in GIN_MODES:
         p = sub.add_parser(mode, help=text)
         _add_gin_flags(p)
         _add_distributed_flags(p)
-        p.set_defaults(run=_gin_command(module, function, report_final))
+        p.set_defaults(run=commands.gin_command(module, function, report_final))
 
     p = sub.add_parser("encode", help="embed a task's queries / corpus into resumable shards")
     _checkpoint_flags(p)
@@ -367,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--packing_max_segments", type=int, default=None, help="pack texts up to this many a row (same embeddings)"
     )
-    p.set_defaults(run=_cmd_encode)
+    p.set_defaults(run=commands.cmd_encode)
 
     p = sub.add_parser("analyze", help="the paper's embedding-space figures for one or more models")
     p.add_argument("--checkpoint", action="append", required=True, help="model to analyse (repeat to compare)")
@@ -381,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ratio_pairs", type=int, default=10000, help="random (i, j) pairs of the similarity ratio")
     p.add_argument("--max_queries", type=int, default=None, help="analyse the first N queries by id")
     p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(run=_cmd_analyze)
+    p.set_defaults(run=commands.cmd_analyze)
 
     p = sub.add_parser("export", help="a sentence-transformers / Hugging Face folder of a trained model")
     p.add_argument("--checkpoint", required=True, help="a MODEL_DIR, MODEL_DIR/checkpoints/<step> or parameter dir")
@@ -390,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
     p.add_argument("--vocabulary", default=None, help="SentencePiece model (default: the run's)")
     p.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
-    p.set_defaults(run=_cmd_export)
+    p.set_defaults(run=commands.cmd_export)
 
     p = sub.add_parser("mine", help="hard negatives for a task's queries, from a trained model or BM25")
     p.add_argument("--checkpoint", default=None, help="dense mining with this model (MODEL_DIR or checkpoint)")
@@ -411,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", choices=["top", "sample"], default="top")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    p.set_defaults(run=_cmd_mine)
+    p.set_defaults(run=commands.cmd_mine)
 
     p = sub.add_parser("compare", help="eval JSONs side by side with paired significance tests")
     p.add_argument("runs", nargs="+", help="eval JSON files (MODEL_DIR/eval/*.json); the first is the baseline")
@@ -420,24 +163,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=10000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--allow_partial", action="store_true", help="compare on the queries all runs share")
-    p.set_defaults(run=_cmd_compare)
+    p.set_defaults(run=commands.cmd_compare)
 
     p = sub.add_parser("build-vocab", help="train a SentencePiece vocabulary on a task's text")
     _task_flags(p)
     p.add_argument("--vocab_size", type=int, required=True)
     p.add_argument("--out", required=True, help="output .model file (written atomically)")
-    p.set_defaults(run=_cmd_build_vocab)
+    p.set_defaults(run=commands.cmd_build_vocab)
 
     p = sub.add_parser("data-stats", help="examples, unique queries / documents, truncation of a task")
     _task_flags(p)
     p.add_argument("--vocab", default=None, help="SentencePiece model for the truncation rate (default: none)")
     p.add_argument("--query_length", type=int, default=64)
     p.add_argument("--doc_length", type=int, default=128)
-    p.set_defaults(run=_cmd_data_stats)
+    p.set_defaults(run=commands.cmd_data_stats)
 
     p = sub.add_parser("demo", help="the embedded end-to-end example (tiny model, CPU)")
     _add_gin_flags(p)
-    p.set_defaults(run=_cmd_demo)
+    p.set_defaults(run=commands.cmd_demo)
     return parser
 
 

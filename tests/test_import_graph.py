@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "samtone_jax"
-PROGRAMS = {"samtone_jax.cli", "samtone_jax.demo", "samtone_jax.main"}
+PROGRAMS = {"samtone_jax.cli", "samtone_jax.commands", "samtone_jax.demo", "samtone_jax.main"}
 
 
 def _modules() -> dict[str, Path]:
