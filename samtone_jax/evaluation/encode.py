@@ -35,20 +35,15 @@ SIDES = ("query", "document")
 
 
 @functools.cache
-def _compiled(model, side: str):
+def _compiled(model, side: str, max_segments: int | None = None):
     """One jitted apply per (model, side), shared by every TextEncoder of that model (the training
-    hook re-encodes with new parameters without recompiling)."""
+    hook re-encodes with new parameters without recompiling): (variables, tokens) -> [N, P], or with
+    `max_segments` (variables, tokens, segment_ids) of packed rows -> [rows, max_segments, P]."""
     if side not in SIDES:
         raise BadValueError(f"side must be one of {SIDES}, got {side!r}")
-    method = model.encode_queries if side == "query" else model.encode_documents
-    return jax.jit(functools.partial(model.apply, method=method))
-
-
-@functools.cache
-def _compiled_packed(model, side: str, max_segments: int):
-    """The same for packed rows: (variables, tokens, segment_ids) -> [rows, max_segments, P]."""
-    if side not in SIDES:
-        raise BadValueError(f"side must be one of {SIDES}, got {side!r}")
+    if max_segments is None:
+        method = model.encode_queries if side == "query" else model.encode_documents
+        return jax.jit(functools.partial(model.apply, method=method))
 
     def apply(variables, tokens, segment_ids):
         return model.apply(variables, tokens, segment_ids, side, max_segments, method=model.encode_packed)
@@ -114,11 +109,8 @@ class TextEncoder:
                 jax.make_array_from_callback(a.shape, self._tokens_sharding, lambda index, a=a: a[index])
                 for a in arrays
             )
-        if segment_ids is None:
-            compiled = _compiled(self.model, side)
-        else:
-            compiled = _compiled_packed(self.model, side, self.packing_max_segments)
-        out = compiled({"params": self.params if params is None else params}, *arrays)
+        max_segments = None if segment_ids is None else self.packing_max_segments
+        out = _compiled(self.model, side, max_segments)({"params": self.params if params is None else params}, *arrays)
         if not out.is_fully_addressable:  # a multi-process mesh: every process gets all rows
             from jax.experimental import multihost_utils
 
@@ -166,9 +158,13 @@ class TextEncoder:
         """(text indices, their embeddings) per batch of `batch_size` packed rows."""
         segments = self.packing_max_segments
         order, row, index = next_fit_rows(used, tokens.shape[1], segments)
-        for first in range(0, int(row[-1]) + 1, self.batch_size):
-            mine = (row >= first) & (row < first + self.batch_size)
-            texts = order[mine]
-            packed = write_rows(tokens[texts], used[texts], row[mine] - first, index[mine], self.batch_size, segments)
+        # Rows ascend along `order` (every row holds a text): each batch of rows is one slice of it.
+        firsts = np.arange(0, int(row[-1]) + 1, self.batch_size)
+        bounds = np.searchsorted(row, np.append(firsts, row[-1] + 1))
+        for first, start, stop in zip(firsts, bounds[:-1], bounds[1:], strict=True):
+            texts = order[start:stop]
+            packed = write_rows(
+                tokens[texts], used[texts], row[start:stop] - first, index[start:stop], self.batch_size, segments
+            )
             embeddings = self.encode_tokens(packed.tokens, side, params, packed.segment_ids)
             yield texts, embeddings.reshape(-1, embeddings.shape[-1])[packed.slots]
