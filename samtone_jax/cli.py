@@ -13,6 +13,7 @@ import os
 import sys
 
 from samtone_jax import commands
+from samtone_jax.hard_negatives.teachers import KINDS as TEACHER_KINDS
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's INFO lines; its CUDA probe: tensorflow_setup.py
 
@@ -70,6 +71,20 @@ def _checkpoint_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocabulary", default=None, help="SentencePiece model (default: the run's)")
     p.add_argument("--query_length", type=int, default=None, help="default: the run's train.query_length")
     p.add_argument("--doc_length", type=int, default=None, help="default: the run's train.doc_length")
+
+
+def _false_negative_flags(parser: argparse.ArgumentParser) -> None:
+    """The cuts of hard_negatives/guide.FalseNegativeFilter (gin FalseNegativeFilter.* in training)."""
+    parser.add_argument(
+        "--margin", type=float, default=None, help="drop candidates scoring above the positive's score minus this"
+    )
+    parser.add_argument(
+        "--relative_margin",
+        type=float,
+        default=None,
+        help="drop candidates scoring above (1 - margin) x the positive's score",
+    )
+    parser.add_argument("--max_score", type=float, default=None, help="drop candidates scoring above this")
 
 
 def _task_flags(parser: argparse.ArgumentParser) -> None:
@@ -145,16 +160,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num_negatives", type=int, default=8)
     p.add_argument("--range_min", type=int, default=0, help="first retrieved rank kept (0-based)")
     p.add_argument("--range_max", type=int, default=100, help="retrieval depth; ranks >= this are ignored")
-    p.add_argument(
-        "--relative_margin",
-        type=float,
-        default=None,
-        help="drop candidates scoring above (1 - margin) x the positive's score",
-    )
+    _false_negative_flags(p)
     p.add_argument("--strategy", choices=["top", "sample"], default="top")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.set_defaults(run=commands.cmd_mine)
+
+    p = sub.add_parser("score", help="a teacher's scores of a task's training pairs and candidates (for distillation)")
+    p.add_argument(
+        "--teacher",
+        required=True,
+        help="'bm25', or a samtone MODEL_DIR / checkpoint / export, a sentence-transformers folder or a "
+        "CrossEncoder folder",
+    )
+    p.add_argument("--teacher_kind", default="auto", choices=TEACHER_KINDS)
+    p.add_argument("--step", type=int, default=None, help="checkpoint step of a samtone teacher (default: latest)")
+    p.add_argument("--vocabulary", default=None, help="SentencePiece model of a samtone teacher (default: its own)")
+    _task_flags(p)
+    p.add_argument("--out", required=True, help="output JSON lines (qid, negatives, scores, positives); + OUT.json")
+    p.add_argument(
+        "--candidates",
+        default="top",
+        help="'top': the teacher's own top --depth documents; or a negatives file (samtone mine) to score",
+    )
+    p.add_argument("--depth", type=int, default=32, help="candidates per query with --candidates=top")
+    p.add_argument("--shard_size", type=int, default=1000, help="queries per resumable shard")
+    p.add_argument("--batch_size", type=int, default=64, help="texts per batch of a sentence-transformers teacher")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.set_defaults(run=commands.cmd_score)
 
     p = sub.add_parser("compare", help="eval JSONs side by side with paired significance tests")
     p.add_argument("runs", nargs="+", help="eval JSON files (MODEL_DIR/eval/*.json); the first is the baseline")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from samtone_jax.errors import BadValueError, ExistingFileError
+from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
 
 
 def cmd_import_checkpoint(args, bindings) -> int:
@@ -185,6 +185,7 @@ def cmd_export(args, bindings) -> int:
 
 def cmd_mine(args, bindings) -> int:
     from samtone_jax import paths
+    from samtone_jax.hard_negatives.guide import FalseNegativeFilter
     from samtone_jax.hard_negatives.mining import mine
 
     paths.check_bucket(args.out, "--out")
@@ -208,7 +209,7 @@ def cmd_mine(args, bindings) -> int:
         num_negatives=args.num_negatives,
         range_min=args.range_min,
         range_max=args.range_max,
-        relative_margin=args.relative_margin,
+        false_negatives=FalseNegativeFilter(args.margin, args.relative_margin, args.max_score),
         strategy=args.strategy,
         seed=args.seed,
         mesh=mesh,
@@ -216,7 +217,57 @@ def cmd_mine(args, bindings) -> int:
     print(
         f"{summary['queries']:,} queries of {args.task}/{split} -> {args.out}: {summary['with_enough_negatives']:,} "
         f"with {args.num_negatives} negatives, {summary['without_enough_negatives']:,} with fewer "
-        f"({summary['without_any_negative']:,} with none); counts in {args.out}.json"
+        f"({summary['without_any_negative']:,} with none), {summary['dropped_as_false_negatives']:,} candidates "
+        f"dropped as likely false negatives; counts in {args.out}.json"
+    )
+    return 0
+
+
+def cmd_score(args, bindings) -> int:
+    from samtone_jax import paths
+    from samtone_jax.hard_negatives import scoring, teachers
+
+    paths.check_bucket(args.out, "--out")
+    if paths.as_path(args.out).exists() and not args.overwrite:
+        raise ExistingFileError(f"{paths.as_str(args.out)} already exists; choose another --out or pass --overwrite")
+    split, collection = load_task(args)
+    candidates = args.candidates
+    if candidates != "top":
+        from samtone_jax.data import teacher_scores
+        from samtone_jax.data.records import ReadStats
+
+        if not paths.as_path(candidates).exists():
+            raise MissingFileError(f"--candidates={candidates}: no such file (or pass --candidates=top)")
+        candidates, _ = teacher_scores.read(candidates, ReadStats(), args.skip_bad_records)
+    mesh = None
+    if args.teacher != "bm25":
+        import jax
+
+        from samtone_jax import partitioning
+
+        mesh = partitioning.create_mesh(devices=jax.local_devices())
+    teacher = teachers.load(
+        args.teacher,
+        args.teacher_kind,
+        step=args.step,
+        vocabulary=args.vocabulary,
+        batch_size=args.batch_size,
+        mesh=mesh,
+    )
+    invocation = {"task": args.task, "split": split, "candidates": args.candidates}
+    summary = scoring.score(
+        collection,
+        args.out,
+        teacher,
+        candidates=candidates,
+        depth=args.depth,
+        shard_size=args.shard_size,
+        invocation=invocation,
+    )
+    print(
+        f"{summary['queries']:,} queries of {args.task}/{split} scored by {summary['teacher']} -> {args.out}: "
+        f"{summary['mean_candidates']:.1f} candidates a query ({summary['shards_reused']} of {summary['shards']} "
+        f"shards reused); counts in {args.out}.json"
     )
     return 0
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import samtone_jax.evaluation.run  # noqa: F401  evaluate
 import samtone_jax.evaluation.train_hook  # noqa: F401  RetrievalEval
+import samtone_jax.hard_negatives.guide  # noqa: F401  FalseNegativeFilter
 import samtone_jax.tasks  # noqa: F401  data_dir, wordnet_dir, skip_bad_records
 from samtone_jax import gin_utils, partitioning, train
 from samtone_jax.hard_negatives import adore_train
@@ -30,13 +31,14 @@ def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finali
 
 def train_program() -> dict:
     """`samtone train`: train.train with its dependencies built from gin here, at the edge: the
-    model (T5Config.* / DualEncoder.*), the loss (contrastive_loss.*), the mesh (create_mesh.*) and
-    the partitioning rules (logical_rules.fsdp)."""
+    model (T5Config.* / DualEncoder.*), the loss (contrastive_loss.*, distillation_loss.*), the mesh
+    (create_mesh.*) and the partitioning rules (logical_rules.fsdp)."""
     return train.train(
         model=gin_utils.model(),
         loss_fn=gin_utils.contrastive_loss,
         mesh=partitioning.create_mesh(),
         rules=partitioning.logical_rules(),
+        distill_fn=gin_utils.distillation_loss,
     )
 
 

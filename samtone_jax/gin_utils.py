@@ -14,6 +14,7 @@ from pathlib import Path
 
 import gin
 
+from samtone_jax import distillation as _distillation
 from samtone_jax import losses as _losses
 from samtone_jax.errors import BadValueError
 from samtone_jax.models import DualEncoder as _DualEncoder
@@ -26,6 +27,7 @@ T5Config = gin.external_configurable(_T5Config, "T5Config")
 DualEncoder = gin.external_configurable(_DualEncoder, "DualEncoder")
 # Bound by gin_configs/losses/*.gin; call it with (q, d, ...) and the bound settings apply.
 contrastive_loss = gin.external_configurable(_losses.contrastive_loss, "contrastive_loss")
+distillation_loss = gin.external_configurable(_distillation.distillation_loss, "distillation_loss")
 
 
 def resolve_gin_file(path: str) -> str:

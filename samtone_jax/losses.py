@@ -33,6 +33,13 @@ and same-tower alike; a hard negative whose id equals the row's document id is r
 Without ids, an example's id is its position in the global batch: only the diagonal is special.
 Ids are compared for equality only; with JAX's default 32-bit mode they are int32.
 
+Teacher-guided negatives (`guide_ids` [B, G], GISTEmbed's idea from offline teacher scores): row
+i's guide ids are the documents a teacher scores too close to (or above) i's positive to be a
+negative (hard_negatives/guide.py picks them). Pairs i and j are then also the same example when
+document j is among i's guide ids or document i among j's, and a hard negative among the row's
+guide ids is removed: every term, cross- and same-tower, as for duplicate ids. Unused slots repeat
+the row's own document id (a no-op: that pair is the same example already).
+
 Every partition function is a masked logsumexp in float32 (max-subtracted, masked logits set to
 −inf *before* exp), so τ = 0.01 or 0.001 cannot overflow whatever the input dtype.
 
@@ -83,14 +90,20 @@ def _check_options(mode, same_tower, bidirectional, temperature, same_tower_weig
         raise BadValueError(f"contrastive_loss: pair_alpha must be in [0, 1]; got {pair_alpha}")
 
 
-def _check_arrays(q, d, negatives, query_ids, doc_ids, negative_ids):
+def _check_arrays(q, d, negatives, query_ids, doc_ids, negative_ids, guide_ids=None):
     if q.ndim != 2 or d.shape != q.shape:
         raise BadValueError(f"contrastive_loss: q and d must both be [B, D]; got q {q.shape}, d {d.shape}")
     b, dim = q.shape
     if negatives is not None and (negatives.ndim != 3 or negatives.shape[0] != b or negatives.shape[2] != dim):
         raise BadValueError(f"contrastive_loss: negatives must be [B, K, D] = [{b}, K, {dim}]; got {negatives.shape}")
     k = 0 if negatives is None else negatives.shape[1]
-    ids = [("query_ids", query_ids, (b,)), ("doc_ids", doc_ids, (b,)), ("negative_ids", negative_ids, (b, k))]
+    g = 0 if guide_ids is None else guide_ids.shape[-1]
+    ids = [
+        ("query_ids", query_ids, (b,)),
+        ("doc_ids", doc_ids, (b,)),
+        ("negative_ids", negative_ids, (b, k)),
+        ("guide_ids", guide_ids, (b, g)),
+    ]
     for name, value, shape in ids:
         if value is not None and tuple(value.shape) != shape:
             raise BadValueError(f"contrastive_loss: {name} must have shape {shape}; got {tuple(value.shape)}")
@@ -98,6 +111,8 @@ def _check_arrays(q, d, negatives, query_ids, doc_ids, negative_ids):
             raise BadValueError(f"contrastive_loss: {name} must be integer ids; got dtype {value.dtype}")
     if negative_ids is not None and (doc_ids is None or negatives is None):
         raise BadValueError("contrastive_loss: negative_ids needs negatives and doc_ids to compare against")
+    if guide_ids is not None and doc_ids is None:
+        raise BadValueError("contrastive_loss: guide_ids needs doc_ids to compare against")
 
 
 def _scores(rows: jax.Array, columns: jax.Array, temperature) -> jax.Array:
@@ -161,17 +176,19 @@ class _Logits(NamedTuple):
     neg_keep: jax.Array | None  # hard negatives: those with the row's document id removed
     is_diagonal: jax.Array  # row i's own column (its global index)
     log_w: jax.Array
+    guided_count: jax.Array | None  # candidates removed by the guide ids alone (not by id equality)
 
 
 def _gather(x: jax.Array, axis_name: str | None) -> jax.Array:
     return x if axis_name is None else jax.lax.all_gather(x, axis_name, tiled=True)
 
 
-def _example_masks(rows, columns, query_ids, doc_ids, axis_name):
-    """(is_diagonal, cross_keep, same_keep) [b, B] for rows (global indices) against the columns.
+def _example_masks(rows, columns, query_ids, doc_ids, guide_ids, axis_name):
+    """(is_diagonal, cross_keep, same_keep, guided) [b, B] for rows (global indices) against the columns.
 
-    Pairs are the same example when they share a query id or a document id; without ids only
-    the diagonal is special, and cross_keep is None (no [b, B] id compares).
+    Pairs are the same example when they share a query id or a document id, or when either's
+    guide ids hold the other's document (`guided`: those the ids alone keep); without ids only the
+    diagonal is special, and cross_keep is None (no [b, B] id compares).
     """
     qid_rows = rows if query_ids is None else query_ids
     did_rows = rows if doc_ids is None else doc_ids
@@ -179,20 +196,33 @@ def _example_masks(rows, columns, query_ids, doc_ids, axis_name):
     did_cols = columns if doc_ids is None else _gather(doc_ids, axis_name)
     is_diagonal = rows[:, None] == columns[None, :]
     if query_ids is None and doc_ids is None:
-        return is_diagonal, None, ~is_diagonal
+        return is_diagonal, None, ~is_diagonal, None
     same_example = (qid_rows[:, None] == qid_cols[None, :]) | (did_rows[:, None] == did_cols[None, :])
-    return is_diagonal, ~same_example | is_diagonal, ~(same_example | is_diagonal)
+    guided = None
+    if guide_ids is not None:
+        guide_cols = _gather(guide_ids, axis_name)
+        flagged = jnp.any(guide_ids[:, None, :] == did_cols[None, :, None], axis=-1)  # j's doc in i's guide
+        flagged |= jnp.any(guide_cols[None, :, :] == did_rows[:, None, None], axis=-1)  # i's doc in j's guide
+        guided = flagged & ~same_example & ~is_diagonal
+        same_example |= flagged
+    return is_diagonal, ~same_example | is_diagonal, ~(same_example | is_diagonal), guided
 
 
-def _hard_negatives(q, negatives, doc_ids, negative_ids, temperature, axis_name):
-    """(S(q_i, n) [b, B·K], keep | None): every gathered hard negative is a column of every row."""
+def _hard_negatives(q, negatives, doc_ids, negative_ids, guide_ids, temperature, axis_name):
+    """(S(q_i, n) [b, B·K], keep | None, guided | None): every gathered hard negative is a column of
+    every row; removed where its id is the row's document id or among the row's guide ids."""
     if negatives is None:
-        return None, None
+        return None, None, None
     b, k, dim = negatives.shape
     s_qn = _scores(q, _gather(negatives.reshape(b * k, dim), axis_name), temperature)
     if negative_ids is None:
-        return s_qn, None
-    return s_qn, _gather(negative_ids.reshape(b * k), axis_name)[None, :] != doc_ids[:, None]
+        return s_qn, None, None
+    nid_cols = _gather(negative_ids.reshape(b * k), axis_name)
+    keep = nid_cols[None, :] != doc_ids[:, None]
+    if guide_ids is None:
+        return s_qn, keep, None
+    guided = jnp.any(guide_ids[:, None, :] == nid_cols[None, :, None], axis=-1) & keep
+    return s_qn, keep & ~guided, guided
 
 
 def _needed_blocks(mode, same_tower, bidirectional) -> tuple[bool, bool, bool]:
@@ -220,22 +250,29 @@ def _tower_blocks(q, d, q_all, d_all, s_qd, temperature, log_w, needs, axis_name
     return s_qq, s_dd, s_dq
 
 
-def _logits(q, d, negatives, query_ids, doc_ids, negative_ids, temperature, same_tower_weight, needs, axis_name):
-    """Gather the columns (q, d, negatives, ids) over `axis_name`; score the local rows against them."""
+def _logits(q, d, negatives, ids, temperature, same_tower_weight, needs, axis_name):
+    """Gather the columns (q, d, negatives, ids) over `axis_name`; score the local rows against them.
+    ids: (query_ids, doc_ids, negative_ids, guide_ids), each None or an array."""
+    query_ids, doc_ids, negative_ids, guide_ids = ids
     b = q.shape[0]
     offset = 0 if axis_name is None else jax.lax.axis_index(axis_name) * b
     rows = offset + jnp.arange(b)  # global index of each local row
     q_all, d_all = _gather(q, axis_name), _gather(d, axis_name)
-    masks = _example_masks(rows, jnp.arange(q_all.shape[0]), query_ids, doc_ids, axis_name)
+    masks = _example_masks(rows, jnp.arange(q_all.shape[0]), query_ids, doc_ids, guide_ids, axis_name)
     log_w = jnp.log(jnp.asarray(same_tower_weight, jnp.float32))
     s_qd = _scores(q, d_all, temperature)
     # Each local row's positive is its own local document: an elementwise product, no gather
     # from the [b, B] block (whose gradient would be a scatter into it).
     positive = jnp.einsum("bd,bd->b", q, d, preferred_element_type=jnp.float32) / temperature
-    s_qn, neg_keep = _hard_negatives(q, negatives, doc_ids, negative_ids, temperature, axis_name)
+    s_qn, neg_keep, neg_guided = _hard_negatives(q, negatives, doc_ids, negative_ids, guide_ids, temperature, axis_name)
     s_qq, s_dd, s_dq = _tower_blocks(q, d, q_all, d_all, s_qd, temperature, log_w, needs, axis_name)
-    is_diagonal, cross_keep, same_keep = masks
-    return _Logits(positive, s_qd, s_qn, s_qq, s_dd, s_dq, cross_keep, same_keep, neg_keep, is_diagonal, log_w)
+    is_diagonal, cross_keep, same_keep, guided = masks
+    guided_count = None
+    if guide_ids is not None:
+        guided_count = jnp.sum(guided) + (0 if neg_guided is None else jnp.sum(neg_guided))
+    return _Logits(
+        positive, s_qd, s_qn, s_qq, s_dd, s_dq, cross_keep, same_keep, neg_keep, is_diagonal, log_w, guided_count
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -343,6 +380,8 @@ def _with_diagnostics(x: _Logits, loss, metrics, temperature, axis_name):
         masked_fraction=masked_count.astype(jnp.float32) / max(candidates, 1),
         temperature=temperature,
     )
+    if x.guided_count is not None:
+        metrics["guided_fraction"] = x.guided_count.astype(jnp.float32) / max(candidates, 1)
     metrics = {name: value.astype(jnp.float32) for name, value in metrics.items()}
     if axis_name is not None:
         metrics = jax.lax.pmean(metrics, axis_name)
@@ -361,6 +400,7 @@ def contrastive_loss(
     query_ids: jax.Array | None = None,
     doc_ids: jax.Array | None = None,
     negative_ids: jax.Array | None = None,
+    guide_ids: jax.Array | None = None,
     same_tower_weight: float = 1.0,
     pair_alpha: float = 0.1,
     axis_name: str | None = None,
@@ -373,6 +413,8 @@ def contrastive_loss(
       temperature: τ > 0, a float or a scalar array (e.g. exp of a learnable log-temperature).
       negatives: [B, K, D] hard-negative document embeddings, shared as columns by every query.
       query_ids, doc_ids: [B] integer ids; negative_ids: [B, K] (needs doc_ids).
+      guide_ids: [B, G] integer document ids a teacher flags as false negatives of each row
+        (needs doc_ids; see the module docstring); metrics then hold `guided_fraction`.
       same_tower_weight: w on the same-tower sums (1.0 in the paper; 0 disables them).
       axis_name: the mesh axis to gather columns over, inside `shard_map`.
 
@@ -380,9 +422,10 @@ def contrastive_loss(
       (loss: scalar float32, metrics: dict of scalar float32 — global means when sharded).
     """
     _check_options(mode, same_tower, bidirectional, temperature, same_tower_weight, pair_alpha)
-    _check_arrays(q, d, negatives, query_ids, doc_ids, negative_ids)
+    _check_arrays(q, d, negatives, query_ids, doc_ids, negative_ids, guide_ids)
     needs = _needed_blocks(mode, same_tower, bidirectional)
-    x = _logits(q, d, negatives, query_ids, doc_ids, negative_ids, temperature, same_tower_weight, needs, axis_name)
+    ids = (query_ids, doc_ids, negative_ids, guide_ids)
+    x = _logits(q, d, negatives, ids, temperature, same_tower_weight, needs, axis_name)
     if mode == "pairwise":
         loss, metrics = _pairwise_loss(x, axis_name)
     elif mode == "gte":

@@ -27,11 +27,12 @@ from samtone_jax.atomic_file import write_atomic
 from samtone_jax.checkpoints import load_params
 from samtone_jax.encoding import encode_batch
 from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.hard_negatives.guide import FalseNegativeFilter
 from samtone_jax.models import init_params
 
 log = logging.getLogger(__name__)
 
-ID_FEATURES = ("query_id", "doc_id", "negative_ids")
+ID_FEATURES = ("query_id", "doc_id", "negative_ids", "guide_ids")
 
 
 def fold_ids(ids: np.ndarray) -> np.ndarray:
@@ -43,7 +44,7 @@ def fold_ids(ids: np.ndarray) -> np.ndarray:
 def model_features(batch: dict[str, np.ndarray], id_masking: bool = True) -> dict[str, np.ndarray]:
     """The arrays the step consumes (tokens and folded ids; bookkeeping features dropped). Without
     id_masking the ids are dropped too: the loss then treats only the diagonal as positive."""
-    keep = ("query_tokens", "doc_tokens", "negative_tokens", *(ID_FEATURES if id_masking else ()))
+    keep = ("query_tokens", "doc_tokens", "negative_tokens", "teacher_scores", *(ID_FEATURES if id_masking else ()))
     return {k: (fold_ids(v) if k in ID_FEATURES else v) for k, v in batch.items() if k in keep}
 
 
@@ -81,18 +82,21 @@ def make_loss_on_embeddings(model, mesh, batch, loss_fn):
     """(params, q, d, n) -> (loss, metrics): `loss_fn` (contrastive_loss's signature; gin binds
     its mode at the edge), each device scoring its rows against the all-gathered columns
     (shard_map over 'data')."""
-    ids = tuple(batch.get(k) for k in ID_FEATURES)
+    names = {"query_id": "query_ids", "doc_id": "doc_ids", "negative_ids": "negative_ids", "guide_ids": "guide_ids"}
+    per_pair = {arg: batch[k] for k, arg in names.items() if k in batch}
+    if "teacher_scores" in batch:  # only a loss built by distillation.with_distillation takes them
+        per_pair["teacher_scores"] = batch["teacher_scores"]
 
     def loss(params, q, d, n):
         tau = model.apply({"params": params}, method=model.temperature)
         kwargs = {} if tau is None else {"temperature": tau}
 
-        def local(q, d, n, qid, did, nid):
-            return loss_fn(q, d, negatives=n, query_ids=qid, doc_ids=did, negative_ids=nid, axis_name="data", **kwargs)
+        def local(q, d, n, arrays):
+            return loss_fn(q, d, negatives=n, axis_name="data", **arrays, **kwargs)
 
         spec = P("data")
-        return jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 6, out_specs=(P(), P()), check_vma=False)(
-            q, d, n, *ids
+        return jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 4, out_specs=(P(), P()), check_vma=False)(
+            q, d, n, per_pair
         )
 
     return loss
@@ -226,11 +230,16 @@ def train(
     packing: bool = False,
     packing_max_segments: int = 8,
     packing_row_bits: int = 3,
+    teacher_scores: bool = False,
+    teacher_guide: FalseNegativeFilter | None = None,
+    contrastive_weight: float = 1.0,
+    distillation_weight: float = 0.0,
     *,
     model,
     loss_fn,
     mesh,
     rules=partitioning.DEFAULT_RULES,
+    distill_fn=None,
 ) -> dict:
     """Train `model` with `loss_fn` on `mesh` until `train_steps` (resuming from MODEL_DIR); returns
     the last logged metrics. The program (configurables.train_program, what `samtone train` runs)
@@ -258,6 +267,13 @@ def train(
     `packing_max_segments` texts a row, the row count rounded up to `packing_row_bits` significant
     binary digits (exact up to 8 rows, then 8 counts per doubling; each row count met compiles
     once). The same pairs, loss and resume as unpacked; fewer padding tokens.
+
+    Teachers (a `samtone score` file as hard_negatives_file.path, train.num_negatives K of its
+    candidates): `teacher_scores` feeds the teacher's scores of each pair's positive and K negatives
+    to `distill_fn` (distillation.distillation_loss), the loss then contrastive_weight ·
+    contrastive + distillation_weight · distillation; `teacher_guide` (a FalseNegativeFilter)
+    removes the documents the teacher flags as each pair's false negatives from every contrastive
+    term (the `guided_fraction` metric counts them).
     """
     schedule = loop.Schedule(
         train_steps, batch_size, checkpoint_every, keep_checkpoints, log_every, eval_every, on_corrupt_checkpoint
@@ -271,6 +287,10 @@ def train(
         raise BadValueError(
             "train.eval_split / train.retrieval_eval_task need train.eval_every > 0 (how often to evaluate)"
         )
+    loss_fn = _objective(loss_fn, distill_fn, teacher_scores, num_negatives, contrastive_weight, distillation_weight)
+    if teacher_guide is not None and not id_masking:
+        raise BadValueError("train.teacher_guide masks by document ids: it needs train.id_masking = True")
+    teacher = registration_features(teacher_scores, teacher_guide)
     tx, lr_schedule = adafactor(train_steps=train_steps)
     hosts, host = jax.process_count(), jax.process_index()
     if batch_size % mesh.shape["data"] or batch_size % hosts:
@@ -284,9 +304,11 @@ def train(
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if host == 0:
             _keep_vocabulary(vocabulary, model_dir)
-        registration.register(vocabulary, num_negatives)
+        registration.register(vocabulary, num_negatives, teacher)
         dataset = functools.partial(
             pipeline.train_dataset,
+            teacher_scores=teacher.scores,
+            guide_ids=0 if teacher.guide is None else teacher.guide.max_ids,
             batch_size=batch_size // hosts,
             query_length=query_length,
             doc_length=doc_length,
@@ -351,6 +373,33 @@ def train(
             step=step,
             evaluate=evaluate if evaluators else None,
         )
+
+
+def registration_features(teacher_scores: bool, teacher_guide):
+    """tasks/registration.TeacherFeatures of train.teacher_scores / train.teacher_guide (a filter
+    with no cut set is no guide)."""
+    from samtone_jax.tasks.registration import TeacherFeatures
+
+    return TeacherFeatures(teacher_scores, teacher_guide if teacher_guide and teacher_guide.active else None)
+
+
+def _objective(loss_fn, distill_fn, teacher_scores: bool, num_negatives: int, contrastive_weight, distillation_weight):
+    """The step's loss: `loss_fn` alone, or with the distillation term (train.distillation_weight > 0)."""
+    if not distillation_weight:
+        if teacher_scores or contrastive_weight != 1.0:
+            raise BadValueError(
+                "train.teacher_scores / train.contrastive_weight only matter with train.distillation_weight > 0 "
+                "(include one of losses/distill_*.gin)"
+            )
+        return loss_fn
+    if not teacher_scores or not num_negatives or distill_fn is None:
+        raise BadValueError(
+            "train.distillation_weight > 0 needs train.teacher_scores = True, train.num_negatives > 0 (the scored "
+            "candidates) and hard_negatives_file.path set to a `samtone score` file"
+        )
+    from samtone_jax import distillation
+
+    return distillation.with_distillation(loss_fn, distill_fn, contrastive_weight, distillation_weight)
 
 
 def _packer(packing: bool, max_segments: int, row_bits: int, chunk: int | None, mesh):

@@ -68,11 +68,8 @@ class ProgressLogger:
             self.train_writer.write_scalars(step, mean)
             self.train_writer.flush()
         eta = datetime.timedelta(seconds=int((self.total - step) * self.batch / max(rate, 1e-9)))
-        print(
-            f"step {step}/{self.total} | loss {mean['loss']:.4f} | acc {mean['accuracy']:.3f} | "
-            f"{rate:.1f} ex/s | ETA {eta}",
-            flush=True,
-        )
+        accuracy = f"acc {mean['accuracy']:.3f} | " if "accuracy" in mean else ""  # none in pure distillation
+        print(f"step {step}/{self.total} | loss {mean['loss']:.4f} | {accuracy}{rate:.1f} ex/s | ETA {eta}", flush=True)
         self.last = mean
 
     def write_eval(self, step: int, metrics: dict) -> None:

@@ -128,6 +128,36 @@ def wordnet_data(tmp_path_factory):
     return wn, vocab_path
 
 
+def numeric_grad(f, x, h=1e-6):
+    """Central differences of the float64 function f at every entry of x."""
+    import numpy as np
+
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        plus, minus = x.copy(), x.copy()
+        plus[idx] += h
+        minus[idx] -= h
+        g[idx] = (f(plus) - f(minus)) / (2 * h)
+    return g
+
+
+def toy_collection(third_query: str = "unrelated words only", third_relevant=("d6",)):
+    """Six short documents and three queries (q1 -> d1, q2 -> d4, q3 -> third_relevant)."""
+    from samtone_jax.data.collection import RetrievalCollection
+
+    corpus = {
+        "d1": "the cat sat on the mat",
+        "d2": "a cat chased a mouse",
+        "d3": "cats and dogs are pets",
+        "d4": "the stock market fell",
+        "d5": "a dog barked at the cat",
+        "d6": "rivers flow to the sea",
+    }
+    queries = {"q1": "where did the cat sit", "q2": "what fell on the market", "q3": third_query}
+    qrels = {"q1": {"d1": 1}, "q2": {"d4": 1}, "q3": dict.fromkeys(third_relevant, 1)}
+    return RetrievalCollection("toy", queries, corpus, qrels)
+
+
 def tiny_train_argv(model_dir, vocab_path, steps=2, architecture="sde", extra=()):
     """`samtone train` arguments for a tiny T5.1.1 on the wordnet_data fixture."""
     return [

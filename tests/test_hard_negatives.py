@@ -1,5 +1,5 @@
-"""Hard negatives: mining (positives excluded, margin filter, ranks, strategies, BM25 and dense,
-the file the tasks read back)."""
+"""Hard negatives: mining (positives excluded, false-negative filter, ranks, strategies, BM25 and
+dense, the file the tasks read back)."""
 
 from __future__ import annotations
 
@@ -7,30 +7,45 @@ import json
 
 import numpy as np
 import pytest
+from conftest import toy_collection
 
 from samtone_jax.hard_negatives import mining
+from samtone_jax.hard_negatives.guide import FalseNegativeFilter
 
 
-def test_select_excludes_positives_and_honours_ranks_and_margin():
+def test_select_excludes_positives_and_honours_ranks_and_the_false_negative_filter():
     ranked = np.array([[4, 7, 1, 9, 3, 5]])
     scores = np.array([[0.95, 0.85, 0.75, 0.70, 0.60, 0.50]])
     positives = [{7, 3}]
     gold = np.array([0.8])
-    picked = mining.select_negatives(ranked, scores, positives, gold, num_negatives=3)
-    assert picked == [[4, 1, 9]]  # 7 is a positive; best-ranked first
-    picked = mining.select_negatives(ranked, scores, positives, gold, num_negatives=3, relative_margin=0.1)
-    assert picked == [[9, 5]]  # above 0.9 x 0.8 = 0.72 dropped (4 at 0.95, 1 at 0.75); 3 is a positive
-    picked = mining.select_negatives(ranked, scores, positives, gold, num_negatives=5, range_min=2, range_max=5)
-    assert picked == [[1, 9]]  # ranks 2, 3, 4 = documents 1, 9, 3 (3 a positive)
+
+    def select(cut=FalseNegativeFilter(), **kw):
+        return mining.select_negatives(ranked, scores, positives, gold, false_negatives=cut, **kw)
+
+    assert select(num_negatives=3) == ([[4, 1, 9]], 0)  # 7 is a positive; best-ranked first
+    # above 0.9 x 0.8 = 0.72 dropped (4 at 0.95, 1 at 0.75); 3 is a positive
+    assert select(FalseNegativeFilter(relative_margin=0.1), num_negatives=3) == ([[9, 5]], 2)
+    assert select(FalseNegativeFilter(margin=0.0), num_negatives=3) == ([[1, 9, 5]], 1)  # above the positive: 4
+    assert select(FalseNegativeFilter(margin=0.1), num_negatives=3) == ([[9, 5]], 2)  # above 0.7: 4 and 1
+    assert select(FalseNegativeFilter(max_score=0.72), num_negatives=1) == ([[9]], 2)
+    assert select(num_negatives=5, range_min=2, range_max=5) == ([[1, 9]], 0)  # ranks 2-4 = 1, 9, 3 (a positive)
+
+
+def test_false_negative_filter_rejects_bad_cuts():
+    with pytest.raises(ValueError, match="relative_margin must be in"):
+        FalseNegativeFilter(relative_margin=1.5)
+    with pytest.raises(ValueError, match="max_ids must be >= 1"):
+        FalseNegativeFilter(margin=0.0, max_ids=0)
+    assert not FalseNegativeFilter().active and FalseNegativeFilter(max_score=3.0).active
 
 
 def test_sample_strategy_is_a_seeded_subset_of_the_eligible():
     ranked = np.arange(30)[None, :]
     scores = -np.arange(30, dtype=float)[None, :]
     positives = [{0, 5}]
-    first = mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample")
-    again = mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample")
-    other = mining.select_negatives(
+    first, _ = mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample")
+    again, _ = mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample")
+    other, _ = mining.select_negatives(
         ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="sample", seed=1
     )
     assert first == again != other
@@ -39,31 +54,22 @@ def test_sample_strategy_is_a_seeded_subset_of_the_eligible():
         mining.select_negatives(ranked, scores, positives, np.array([1.0]), num_negatives=4, strategy="best")
 
 
-def _collection():
-    from samtone_jax.data.collection import RetrievalCollection
-
-    corpus = {
-        "d1": "the cat sat on the mat",
-        "d2": "a cat chased a mouse",
-        "d3": "cats and dogs are pets",
-        "d4": "the stock market fell",
-        "d5": "a dog barked at the cat",
-        "d6": "rivers flow to the sea",
-    }
-    queries = {"q1": "where did the cat sit", "q2": "what fell on the market", "q3": "unrelated words only"}
-    qrels = {"q1": {"d1": 1}, "q2": {"d4": 1}, "q3": {"d6": 1}}
-    return RetrievalCollection("toy", queries, corpus, qrels)
-
-
 def test_bm25_mining_writes_the_file_the_tasks_read(tmp_path):
     out = str(tmp_path / "negatives.tsv")
-    summary = mining.mine(_collection(), out, num_negatives=2, range_max=6)
+    summary = mining.mine(toy_collection(), out, num_negatives=2, range_max=6)
+    assert summary["dropped_as_false_negatives"] == 0
     lines = dict(line.rstrip("\n").split("\t") for line in open(out))
     assert set(lines["q1"].split(",")) <= {"d2", "d3", "d5"}  # cat documents, never d1 (the positive)
     assert lines["q1"].split(",")[0] in {"d2", "d5"}
     assert all(qid not in lines or gold not in lines[qid] for qid, gold in (("q1", "d1"), ("q2", "d4"), ("q3", "d6")))
     assert summary["queries"] == 3 and json.load(open(out + ".json"))["num_negatives"] == 2
     assert summary["with_enough_negatives"] + summary["without_enough_negatives"] == 3
+    # A cut below every BM25 score drops each query's 5 non-relevant documents of the 6 retrieved.
+    summary = mining.mine(
+        toy_collection(), out, num_negatives=2, range_max=6, false_negatives=FalseNegativeFilter(max_score=-1)
+    )
+    assert summary["dropped_as_false_negatives"] == 15 and summary["without_any_negative"] == 3
+    assert json.load(open(out + ".json"))["false_negative_filter"]["max_score"] == -1
 
 
 def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_data, monkeypatch):

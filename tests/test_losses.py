@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import numeric_grad
 
 from samtone_jax.losses import contrastive_loss
 
@@ -18,14 +19,16 @@ TAU = 0.05
 # ----------------------------------------------------------------------------------------------
 # The reference: one row at a time, float64, straight from the formulas in DESIGN.md.
 # ----------------------------------------------------------------------------------------------
-def reference_loss(q, d, n, qid, did, nid, *, tau, mode, same_tower, bidirectional, w=1.0, alpha=0.1):
+def reference_loss(q, d, n, qid, did, nid, *, tau, mode, same_tower, bidirectional, w=1.0, alpha=0.1, guide=None):
+    """guide: per row, the document ids a teacher flags as its false negatives (or None)."""
     B = len(q)
+    guide = [set() for _ in range(B)] if guide is None else [set(g) for g in guide]
     n = np.zeros((B, 0, q.shape[1])) if n is None else n
     flat_n, flat_nid = n.reshape(-1, q.shape[1]), (None if nid is None else nid.reshape(-1))
     s = lambda a, b: float(a @ b) / tau  # noqa: E731
 
-    def same_example(i, j):  # share a query id or a document id
-        return qid[i] == qid[j] or did[i] == did[j]
+    def same_example(i, j):  # share a query id or a document id, or either's guide holds the other's document
+        return qid[i] == qid[j] or did[i] == did[j] or did[j] in guide[i] or did[i] in guide[j]
 
     def log_sum(terms):
         return np.log(np.sum(np.exp(terms)))
@@ -37,7 +40,11 @@ def reference_loss(q, d, n, qid, did, nid, *, tau, mode, same_tower, bidirection
         return [s(a, cols[j]) + np.log(w) for j in range(B) if j != i and not same_example(i, j)]
 
     def hard(i):
-        return [s(q[i], x) for m, x in enumerate(flat_n) if flat_nid is None or flat_nid[m] != did[i]]
+        return [
+            s(q[i], x)
+            for m, x in enumerate(flat_n)
+            if flat_nid is None or (flat_nid[m] != did[i] and flat_nid[m] not in guide[i])
+        ]
 
     pos = np.array([s(q[i], d[i]) for i in range(B)])
     if mode == "pairwise":  # STAR: mean logistic loss over random pairs + over hard pairs
@@ -70,16 +77,6 @@ def reference_loss(q, d, n, qid, did, nid, *, tau, mode, same_tower, bidirection
         ]
         loss = (1 - alpha) * loss + alpha * np.mean(l_p)
     return loss
-
-
-def numeric_grad(f, x, h=1e-6):
-    g = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        plus, minus = x.copy(), x.copy()
-        plus[idx] += h
-        minus[idx] -= h
-        g[idx] = (f(plus) - f(minus)) / (2 * h)
-    return g
 
 
 def _unit(rng, *shape):
@@ -148,6 +145,54 @@ def test_matches_float64_reference(setting, negatives, with_ids):
     scale = max(np.abs(gq).max(), np.abs(gd).max())
     np.testing.assert_allclose(gq, numeric_grad(lambda x: ref(x, d), q), rtol=1e-5, atol=1e-5 * scale)
     np.testing.assert_allclose(gd, numeric_grad(lambda x: ref(q, x), d), rtol=1e-5, atol=1e-5 * scale)
+
+
+GUIDED = [
+    dict(mode="samtone", same_tower="both", bidirectional=True),
+    dict(mode="samtone", same_tower="query", bidirectional=False),
+    dict(mode="pair", same_tower="query", bidirectional=True),
+    dict(mode="gte", same_tower="none", bidirectional=True),
+    dict(mode="pairwise", same_tower="none", bidirectional=False),
+]
+
+
+def _guide_ids(did, nid):
+    """[B, 3] guide ids: row 1 flags pair 2's document and its own hard negative nid[1, 0]; row 5
+    flags pair 0's document (so pair 0 loses pair 5 too, by symmetry); unused slots hold the row's
+    own document id; row 3 flags an id no one has."""
+    guide = np.repeat(did[:, None], 3, axis=1)
+    guide[1, :2] = [did[2], nid[1, 0]]
+    guide[5, 0] = did[0]
+    guide[3, 0] = 999
+    return guide
+
+
+@pytest.mark.parametrize("setting", GUIDED, ids=lambda s: "-".join(str(v) for v in s.values()))
+def test_guide_ids_remove_flagged_documents_from_every_term(setting):
+    q, d, n, qid, did, nid = _batch(with_ids=True)
+    guide = _guide_ids(did, nid)
+    ref = lambda q_, d_: reference_loss(q_, d_, n, qid, did, nid, tau=TAU, guide=guide, **setting)  # noqa: E731
+    value, (gq, gd) = _ours(q, d, n, qid, did, nid, guide_ids=jnp.asarray(guide), **setting)
+    np.testing.assert_allclose(value, ref(q, d), rtol=1e-5)
+    scale = max(np.abs(gq).max(), np.abs(gd).max())
+    np.testing.assert_allclose(gq, numeric_grad(lambda x: ref(x, d), q), rtol=1e-5, atol=1e-5 * scale)
+    np.testing.assert_allclose(gd, numeric_grad(lambda x: ref(q, x), d), rtol=1e-5, atol=1e-5 * scale)
+    unguided, _ = _ours(q, d, n, qid, did, nid, **setting)
+    assert abs(unguided - value) > 1e-3  # the guide really removes terms
+
+
+def test_guided_fraction_counts_what_the_guide_alone_removes():
+    q, d, n, qid, did, nid = _batch(with_ids=True)
+    guide = jnp.asarray(_guide_ids(did, nid))
+    args = dict(temperature=TAU, negatives=jnp.asarray(n), query_ids=jnp.asarray(qid), doc_ids=jnp.asarray(did))
+    _, m = contrastive_loss(jnp.asarray(q), jnp.asarray(d), negative_ids=jnp.asarray(nid), guide_ids=guide, **args)
+    _, plain = contrastive_loss(jnp.asarray(q), jnp.asarray(d), negative_ids=jnp.asarray(nid), **args)
+    # Removed by the guide alone, of 6·5 in-batch + 6·12 hard candidates: (1, 2), (2, 1), (5, 0), (0, 5),
+    # (5, 3) and (3, 5) (pair 3 shares pair 0's document); for row 1 the hard negative nid[1, 0], and
+    # for row 5 the hard negative nid[0, 0], which is document 20.
+    np.testing.assert_allclose(float(m["guided_fraction"]), 8 / (30 + 72), rtol=1e-6)
+    np.testing.assert_allclose(float(m["masked_fraction"]) - float(plain["masked_fraction"]), 8 / 102, rtol=1e-5)
+    assert "guided_fraction" not in plain
 
 
 def test_same_tower_weight_and_pair_alpha_follow_the_formula():
@@ -252,11 +297,13 @@ def _mesh():
 def _sharded(mesh, **kw):
     from jax.sharding import PartitionSpec as P
 
-    def local(q, d, n, qid, did, nid):
-        return contrastive_loss(q, d, negatives=n, query_ids=qid, doc_ids=did, negative_ids=nid, axis_name="data", **kw)
+    def local(q, d, n, qid, did, nid, guide):
+        return contrastive_loss(
+            q, d, negatives=n, query_ids=qid, doc_ids=did, negative_ids=nid, guide_ids=guide, axis_name="data", **kw
+        )
 
     spec = P("data")
-    return jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 6, out_specs=(P(), P()), check_vma=False)
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec,) * 7, out_specs=(P(), P()), check_vma=False)
 
 
 @pytest.mark.parametrize(
@@ -270,15 +317,16 @@ def test_sharded_equals_single_device(setting):
     qid = jnp.asarray(rng.randint(0, 20, B))  # many duplicate queries and documents across devices
     did = jnp.asarray(rng.randint(0, 20, B))
     nid = jnp.asarray(rng.randint(0, 40, (B, K)))
+    guide = jnp.asarray(rng.randint(0, 60, (B, 2)))  # teacher-flagged ids, in-batch and hard alike
     kw = dict(temperature=TAU, **setting)
     sharded = _sharded(mesh, **kw)
 
     def single(q, d):
-        return contrastive_loss(q, d, negatives=n, query_ids=qid, doc_ids=did, negative_ids=nid, **kw)
+        return contrastive_loss(q, d, negatives=n, query_ids=qid, doc_ids=did, negative_ids=nid, guide_ids=guide, **kw)
 
     (v1, m1), g1 = jax.jit(jax.value_and_grad(single, argnums=(0, 1), has_aux=True))(q, d)
     (v8, m8), g8 = jax.jit(
-        jax.value_and_grad(lambda q, d: sharded(q, d, n, qid, did, nid), argnums=(0, 1), has_aux=True)
+        jax.value_and_grad(lambda q, d: sharded(q, d, n, qid, did, nid, guide), argnums=(0, 1), has_aux=True)
     )(q, d)
     np.testing.assert_allclose(float(v8), float(v1), rtol=1e-5)
     for a, b in zip(g8, g1, strict=True):
@@ -286,6 +334,7 @@ def test_sharded_equals_single_device(setting):
     for name in m1:
         np.testing.assert_allclose(float(m8[name]), float(m1[name]), rtol=1e-5, atol=1e-7, err_msg=name)
     assert float(m1["masked_fraction"]) > 0.05  # the ids really mask something
+    assert float(m1["guided_fraction"]) > 0.01  # and so does the guide
 
 
 def test_sharded_loss_memory_is_a_fraction_of_single_device():
@@ -301,7 +350,7 @@ def test_sharded_loss_memory_is_a_fraction_of_single_device():
     sharded = _sharded(mesh, **kw)
 
     def sharded_loss(q, d, qid):
-        return sharded(q, d, None, qid, qid, None)[0]
+        return sharded(q, d, None, qid, qid, None, None)[0]
 
     def temp_bytes(f, *args):
         compiled = jax.jit(jax.value_and_grad(f, argnums=(0, 1))).lower(*args).compile()

@@ -71,19 +71,52 @@ def test_one_device_and_eight_devices_take_the_same_step(gin_tiny):
     assert moved > 1e-4
 
 
-def _grads(model, mesh, batch, chunk):
+def _grads(model, mesh, batch, chunk, loss=gin_utils.contrastive_loss):
     params = jax.device_get(nn.unbox(train.init_params(model, jax.random.PRNGKey(0))))
     batch = partitioning.host_to_global(mesh, batch)
     rng = jax.random.PRNGKey(7)
     shards = mesh.shape["data"]
 
     def run(params, batch):
-        loss_fn = train.make_loss_on_embeddings(model, mesh, batch, gin_utils.contrastive_loss)
+        loss_fn = train.make_loss_on_embeddings(model, mesh, batch, loss)
         if chunk:
             return grad_cache.loss_and_grads(model, params, batch, rng, loss_fn, chunk, shards)
         return jax.value_and_grad(lambda p: loss_fn(p, *encode_batch(model, p, batch, rng)), has_aux=True)(params)
 
     return jax.jit(run), params, batch
+
+
+@pytest.mark.slow
+def test_teacher_scores_and_guide_ids_travel_through_sharding_and_grad_cache(gin_tiny):
+    """The distilled, guided loss: GradCache on 8 devices = the plain step on 1 (dropout on)."""
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 devices")
+    from samtone_jax.distillation import distillation_loss, with_distillation
+
+    batch = _batch(batch=16, k=2, seed=3)
+    rng = np.random.RandomState(4)
+    batch["teacher_scores"] = rng.uniform(0, 10, (16, 3)).astype(np.float32)
+    guide = np.repeat(batch["doc_id"][:, None], 2, axis=1)
+    guide[:, 0] = rng.randint(0, 10, 16)  # the ids _batch draws from: flags other pairs' documents
+    batch["guide_ids"] = train.fold_ids(guide)
+    loss = with_distillation(
+        gin_utils.contrastive_loss,
+        lambda q, d, n, t, axis_name: distillation_loss(q, d, n, t, temperature=0.1, axis_name=axis_name),
+        1.0,
+        0.5,
+    )
+    plain, params, global_batch = _grads(
+        gin_tiny, partitioning.create_mesh(devices=jax.devices()[:1]), batch, None, loss
+    )
+    cached, _, cached_batch = _grads(gin_tiny, partitioning.create_mesh(), batch, 1, loss)
+    (l1, m1), g1 = jax.device_get(plain(params, global_batch))
+    (l8, m8), g8 = jax.device_get(cached(params, cached_batch))
+    np.testing.assert_allclose(l8, l1, rtol=1e-5)
+    for name in ("distill/margin_mse", "contrastive_loss", "guided_fraction", "masked_fraction"):
+        np.testing.assert_allclose(m8[name], m1[name], rtol=1e-5, err_msg=name)
+    assert m1["guided_fraction"] > 0 and m1["distillation_loss"] > 0
+    for a, b in zip(jax.tree_util.tree_leaves(g8), jax.tree_util.tree_leaves(g1), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""A retrieval collection: queries, a corpus, relevance judgements, optional hard negatives.
+"""A retrieval collection: queries, a corpus, relevance judgements, optional hard negatives and
+teacher scores.
 
 Every reader (MultiReQA, MS MARCO, BEIR, WordNet) produces one of these; the seqio tasks turn
 it into training pairs (one example per relevant (query, document) pair) and evaluation
@@ -34,6 +35,8 @@ class RetrievalCollection:
     qrels: dict[str, dict[str, int]]  # query id -> {document id: relevance}
     hard_negatives: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     stats: ReadStats = dataclasses.field(default_factory=ReadStats)
+    # query id -> {document id: a teacher's score} (data/teacher_scores.py; `samtone score`)
+    teacher_scores: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
     def pairs(self) -> list[tuple[str, str]]:
         """Every (query id, document id) with relevance > 0 whose texts exist, in a stable order
@@ -87,4 +90,5 @@ class RetrievalCollection:
             queries=queries,
             qrels={q: r for q, r in self.qrels.items() if q in queries},
             hard_negatives={q: n for q, n in self.hard_negatives.items() if q in queries},
+            teacher_scores={q: t for q, t in self.teacher_scores.items() if q in queries},
         )

@@ -7,6 +7,9 @@ length, no EOS yet), `query_id`, `doc_id` (int64), optionally `negatives` (ragge
 Model features: `query_tokens` [Lq], `doc_tokens` [Ld], `negative_tokens` [K, Ld] — each
 truncated to length−1 then EOS-terminated (T5's `append_eos_after_trim`), zero-padded, never
 packed — the ids, and `query_truncated` / `doc_truncated` (int32 0/1) so truncation is counted.
+
+Teacher features pass through as they are: `teacher_scores` (float32 [1 + K]) and `guide_ids`
+(int64 [G]), when the converter is built with them (tasks/registration.TeacherFeatures).
 """
 
 from __future__ import annotations
@@ -33,11 +36,18 @@ class DualEncoderFeatureConverter(seqio.FeatureConverter):
     MODEL_FEATURES = {}
     PACKING_FEATURE_DTYPES = {}
 
-    def __init__(self, num_negatives: int = 0, **kwargs):
-        if num_negatives < 0:
-            raise BadValueError(f"num_negatives must be >= 0, got {num_negatives}")
+    def __init__(self, num_negatives: int = 0, teacher_scores: bool = False, guide_ids: int = 0, **kwargs):
+        if num_negatives < 0 or guide_ids < 0:
+            raise BadValueError(f"num_negatives ({num_negatives}) and guide_ids ({guide_ids}) must be >= 0")
+        if teacher_scores and not num_negatives:
+            raise BadValueError("teacher scores are the scores of the hard negatives too: they need num_negatives > 0")
         super().__init__(pack=False, apply_length_check=False, **kwargs)
         self.num_negatives = num_negatives
+        self.passthrough = {}
+        if teacher_scores:
+            self.passthrough["teacher_scores"] = (Spec(dtype=tf.float32), 1 + num_negatives)
+        if guide_ids:
+            self.passthrough["guide_ids"] = (Spec(dtype=tf.int64), guide_ids)
         self.TASK_FEATURES = {
             "query": Spec(dtype=tf.int32),
             "document": Spec(dtype=tf.int32),
@@ -57,12 +67,15 @@ class DualEncoderFeatureConverter(seqio.FeatureConverter):
             self.TASK_FEATURES["negative_ids"] = Spec(dtype=tf.int64)
             self.MODEL_FEATURES["negative_tokens"] = Spec(dtype=tf.int32, rank=2, sequence_dim=1)
             self.MODEL_FEATURES["negative_ids"] = Spec(dtype=tf.int64)
+        for name, (spec, _) in self.passthrough.items():
+            self.TASK_FEATURES[name] = self.MODEL_FEATURES[name] = spec
 
     def task_feature_lengths(self, query_length: int, doc_length: int) -> dict[str, int]:
         """The task_feature_lengths mapping this converter expects (ids have no length)."""
         lengths = {"query": query_length, "document": doc_length, "query_id": 0, "doc_id": 0}
         if self.num_negatives:
             lengths.update(negatives=doc_length, negative_ids=self.num_negatives)
+        lengths.update({name: length for name, (_, length) in self.passthrough.items()})
         return lengths
 
     def _convert_features(self, ds: tf.data.Dataset, task_feature_lengths) -> tf.data.Dataset:
@@ -92,6 +105,7 @@ class DualEncoderFeatureConverter(seqio.FeatureConverter):
                     with_eos, [[0, k - tf.shape(with_eos)[0]], [0, ld - tf.shape(with_eos)[1]]]
                 )
                 out["negative_ids"] = ex["negative_ids"][:k]
+            out.update({name: ex[name] for name in self.passthrough})
             return out
 
         return ds.map(convert, num_parallel_calls=tf.data.AUTOTUNE)
@@ -107,4 +121,5 @@ class DualEncoderFeatureConverter(seqio.FeatureConverter):
         }
         if self.num_negatives:
             lengths.update(negative_tokens=task_feature_lengths["document"], negative_ids=self.num_negatives)
+        lengths.update({name: length for name, (_, length) in self.passthrough.items()})
         return lengths

@@ -37,6 +37,8 @@ def train_dataset(
     doc_length: int,
     seed: int = 0,
     num_negatives: int = 0,
+    teacher_scores: bool = False,
+    guide_ids: int = 0,
     shard_index: int = 0,
     num_shards: int = 1,
     data_shards: int | None = None,
@@ -46,7 +48,9 @@ def train_dataset(
     """Infinite dataset of batches {query_tokens [b, Lq], doc_tokens [b, Ld], ids, ...} for one host.
 
     `batch_size` is this host's share of the global batch; `shard_index` / `num_shards` are the host
-    and host count; `data_shards` V (default num_shards) as in the module docstring.
+    and host count; `data_shards` V (default num_shards) as in the module docstring. The task must be
+    registered with the same num_negatives and teacher features (tasks/registration.register);
+    `teacher_scores` / `guide_ids` G add those features to every batch.
     """
     if batch_size <= 0 or query_length < 2 or doc_length < 2:
         raise BadValueError(f"batch_size ({batch_size}) must be > 0 and lengths ({query_length}, {doc_length}) >= 2")
@@ -65,7 +69,7 @@ def train_dataset(
             f"is a run of consecutive examples of the whole task); data_shards is {shards}"
         )
     provider = seqio.get_mixture_or_task(name)
-    converter = DualEncoderFeatureConverter(num_negatives)
+    converter = DualEncoderFeatureConverter(num_negatives, teacher_scores, guide_ids)
     lengths = converter.task_feature_lengths(query_length, doc_length)
     per_shard = global_batch // shards
     owned = range(shard_index * shards // num_shards, (shard_index + 1) * shards // num_shards)

@@ -1,11 +1,12 @@
 """`samtone mine`: hard negatives for a task's training queries, from a trained model or BM25.
 
 For every query: retrieve the top `range_max` documents, keep ranks [range_min, range_max)
-(0-based, counted in the retrieved list), drop the query's known positives, optionally drop
-candidates scoring above (1 − relative_margin) × the positive's score (likely false negatives:
-unlabelled relevant documents score like the positive), and keep `num_negatives` of the rest:
-the best-ranked ('top') or a seeded random sample ('sample'). Written as the TSV the tasks read
-(`query_id \\t doc_id,doc_id,...`; attach it to any task with gin `hard_negatives_file.path`).
+(0-based, counted in the retrieved list), drop the query's known positives, drop the candidates
+the false-negative filter flags (hard_negatives/guide.py: scored above the positive's score less a
+margin, above (1 − relative_margin) × it, or above a max score: unlabelled relevant documents
+score like the positive; counted as `dropped_as_false_negatives`), and keep `num_negatives` of the
+rest: the best-ranked ('top') or a seeded random sample ('sample'). Written as the TSV the tasks
+read (`query_id \\t doc_id,doc_id,...`; attach it to any task with gin `hard_negatives_file.path`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from samtone_jax.atomic_file import atomic_open, write_atomic
 from samtone_jax.errors import BadValueError
+from samtone_jax.hard_negatives.guide import FalseNegativeFilter
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +34,12 @@ def select_negatives(
     num_negatives: int,
     range_min: int = 0,
     range_max: int | None = None,
-    relative_margin: float | None = None,
+    false_negatives: FalseNegativeFilter = FalseNegativeFilter(),
     strategy: str = "top",
     seed: int = 0,
-) -> list[list[int]]:
-    """Per query, the chosen negative document indices (best rank first, or a random sample).
+) -> tuple[list[list[int]], int]:
+    """(per query the chosen negative document indices, best rank first or a random sample; how many
+    candidates in the rank window the filter dropped).
 
     ranked [Q, R] int document indices best first (-1 = none), scores [Q, R] their scores,
     positives: each query's relevant indices, positive_scores [Q]: the score of its (best) positive.
@@ -45,21 +48,20 @@ def select_negatives(
         raise BadValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if not 0 <= range_min < (range_max or ranked.shape[1] + 1):
         raise BadValueError(f"need 0 <= range_min < range_max; got [{range_min}, {range_max})")
-    if relative_margin is not None and not 0.0 <= relative_margin < 1.0:
-        raise BadValueError(f"relative_margin must be in [0, 1); got {relative_margin}")
     rng = np.random.default_rng(seed)
-    out = []
+    out, dropped = [], 0
     for row, row_scores, gold, gold_score in zip(ranked, scores, positives, positive_scores, strict=True):
         window = slice(range_min, range_max)
-        keep = [
-            int(j)
-            for j, s in zip(row[window], row_scores[window], strict=True)
-            if j >= 0 and j not in gold and (relative_margin is None or s <= (1.0 - relative_margin) * gold_score)
+        candidates = [
+            (int(j), s) for j, s in zip(row[window], row_scores[window], strict=True) if j >= 0 and j not in gold
         ]
+        flagged = false_negatives.flags([s for _, s in candidates], gold_score)
+        keep = [j for (j, _), f in zip(candidates, flagged, strict=True) if not f]
+        dropped += int(np.sum(flagged))
         if strategy == "sample" and len(keep) > num_negatives:
             keep = [keep[i] for i in sorted(rng.choice(len(keep), num_negatives, replace=False).tolist())]
         out.append(keep[:num_negatives])
-    return out
+    return out, dropped
 
 
 def write_negatives(path: str, query_ids: list[str], doc_ids: list[str], chosen: list[list[int]]) -> None:
@@ -115,7 +117,7 @@ def mine(
     num_negatives: int = 8,
     range_min: int = 0,
     range_max: int = 100,
-    relative_margin: float | None = None,
+    false_negatives: FalseNegativeFilter = FalseNegativeFilter(),
     strategy: str = "top",
     seed: int = 0,
     mesh=None,
@@ -135,7 +137,7 @@ def mine(
         ranked, scores, gold = _bm25_candidates(queries, corpus, positives, range_max)
     else:
         ranked, scores, gold = _dense_candidates(encoder, queries, corpus, positives, range_max, mesh)
-    chosen = select_negatives(
+    chosen, dropped = select_negatives(
         ranked,
         scores,
         positives,
@@ -143,7 +145,7 @@ def mine(
         num_negatives=num_negatives,
         range_min=range_min,
         range_max=range_max,
-        relative_margin=relative_margin,
+        false_negatives=false_negatives,
         strategy=strategy,
         seed=seed,
     )
@@ -158,7 +160,8 @@ def mine(
         "method": "bm25" if encoder is None else f"dense:{encoder.source}@{encoder.step}",
         "num_negatives": num_negatives,
         "range": [range_min, range_max],
-        "relative_margin": relative_margin,
+        "false_negative_filter": false_negatives.describe(),
+        "dropped_as_false_negatives": dropped,
         "strategy": strategy,
         "seed": seed,
     }

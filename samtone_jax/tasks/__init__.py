@@ -65,7 +65,8 @@ def wordnet_dir(path: str | None = None) -> str:
 @gin.configurable
 def hard_negatives_file(path: str | None = None) -> str | None:
     """A mined negatives file (`samtone mine`: 'qid \\t did,did,...' or JSON lines) that replaces the
-    hard negatives of every task loaded (gin: hard_negatives_file.path = %HARD_NEGATIVES)."""
+    hard negatives of every task loaded (gin: hard_negatives_file.path = %HARD_NEGATIVES); a
+    `samtone score` file (JSON lines with scores) brings the teacher's scores too."""
     return path
 
 
@@ -143,15 +144,16 @@ def _load_cached(name: str, split: str, skip_bad_records: bool, root_key: str, n
     loader, _, _ = LOADERS[name]
     collection = loader(split, skip_bad_records)
     if negatives:
-        from samtone_jax.data.msmarco import read_negatives
+        from samtone_jax.data import teacher_scores
 
-        mined = read_negatives(negatives, collection.stats, skip_bad_records)
+        mined, scores = teacher_scores.read(negatives, collection.stats, skip_bad_records)
         missing = sum(d not in collection.corpus for ds in mined.values() for d in ds)
         if missing:
             collection.stats["negatives_with_missing_document"] += missing
         collection.hard_negatives = {
             q: [d for d in ds if d in collection.corpus] for q, ds in mined.items() if q in collection.queries
         }
+        collection.teacher_scores = {q: t for q, t in scores.items() if q in collection.queries}
     collection.check(f"{name}/{split}")
     collection.stats.report(f"{name}/{split}")
     return collection

@@ -9,6 +9,7 @@ seed permutes them (a full, deterministic shuffle, not a buffer).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -18,6 +19,7 @@ from samtone_jax import tasks
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.collection import text_id
 from samtone_jax.errors import BadValueError
+from samtone_jax.hard_negatives.guide import FalseNegativeFilter
 from samtone_jax.tensorflow_setup import tf
 
 MIXTURES = {
@@ -34,18 +36,43 @@ MIXTURES = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class TeacherFeatures:
+    """Which teacher features the examples carry, from the task's `samtone score` file
+    (hard_negatives_file.path): `scores` adds teacher_scores [1 + K] (the pair's positive, then its
+    K negatives); `guide` (a FalseNegativeFilter) adds guide_ids [max_ids], the text ids of the
+    query's scored documents it flags, highest score first, padded with the pair's own doc_id."""
+
+    scores: bool = False
+    guide: FalseNegativeFilter | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.scores or self.guide is not None
+
+
 def examples(
-    name: str, split: str, num_negatives: int = 0, skip_bad_records: bool | None = None
+    name: str,
+    split: str,
+    num_negatives: int = 0,
+    skip_bad_records: bool | None = None,
+    teacher: TeacherFeatures = TeacherFeatures(),
 ) -> dict[str, np.ndarray]:
     """Column arrays of the task's training examples (cached per data root); see `_examples`.
     skip_bad_records None: gin's `skip_bad_records.enabled`."""
     skip = tasks.skip_bad_records() if skip_bad_records is None else skip_bad_records
-    return _examples(name, split, num_negatives, skip, tasks.root_of(name), tasks.hard_negatives_file())
+    return _examples(name, split, num_negatives, skip, tasks.root_of(name), tasks.hard_negatives_file(), teacher)
 
 
 @functools.lru_cache(maxsize=16)
 def _examples(
-    name: str, split: str, num_negatives: int, skip_bad_records: bool, root: str, negatives_file: str | None
+    name: str,
+    split: str,
+    num_negatives: int,
+    skip_bad_records: bool,
+    root: str,
+    negatives_file: str | None,
+    teacher: TeacherFeatures,
 ) -> dict[str, np.ndarray]:
     """Column arrays of the task's training examples: one row per relevant (query, document) pair.
 
@@ -74,11 +101,58 @@ def _examples(
         negatives = [[collection.corpus[n] for n in collection.hard_negatives[q][:num_negatives]] for q, _ in pairs]
         columns["negatives"] = np.array(negatives, dtype=object).reshape(len(pairs), num_negatives)
         columns["negative_ids"] = np.array([[text_id(t) for t in row] for row in negatives], np.int64)
+    if teacher.any:
+        columns.update(_teacher_columns(collection, pairs, num_negatives, teacher, f"{name}/{split}", negatives_file))
     return columns
 
 
-def _dataset_fn(name: str, num_negatives: int, split: str, shuffle_files: bool, seed: int | None = None):
-    columns = examples(name, split, num_negatives)
+def _teacher_columns(collection, pairs, num_negatives: int, teacher: TeacherFeatures, what: str, path) -> dict:
+    """teacher_scores [N, 1 + K] float32 and / or guide_ids [N, G] int64 of the pairs (TeacherFeatures)."""
+    scores = collection.teacher_scores
+    if not scores:
+        raise BadValueError(
+            f"task {what}: train.teacher_scores / train.teacher_guide need teacher scores, and "
+            f"hard_negatives_file.path={path!r} has none: point it at a `samtone score` file (JSON lines with "
+            "'scores')"
+        )
+
+    def score(q: str, d: str) -> float:
+        if d not in scores.get(q, {}):
+            raise BadValueError(
+                f"task {what}: {path} has no teacher score for query {q!r} and document {d!r}: score this task "
+                "and split with `samtone score` (its queries, positives and negatives)"
+            )
+        return scores[q][d]
+
+    out = {}
+    if teacher.scores:
+        out["teacher_scores"] = np.array(
+            [[score(q, d)] + [score(q, n) for n in collection.hard_negatives[q][:num_negatives]] for q, d in pairs],
+            np.float32,
+        ).reshape(len(pairs), 1 + num_negatives)
+    if teacher.guide is not None:
+        guide, width = teacher.guide, teacher.guide.max_ids
+        rows, flagged_total, over = [], 0, 0
+        for q, d in pairs:
+            relevant = {r for r, rel in collection.qrels.get(q, {}).items() if rel > 0}
+            candidates = sorted((-s, c) for c, s in scores.get(q, {}).items() if c not in relevant)  # best first
+            flags = guide.flags([-s for s, _ in candidates], score(q, d))
+            flagged = [text_id(collection.corpus[c]) for (_, c), f in zip(candidates, flags, strict=True) if f]
+            flagged_total += len(flagged)
+            over += len(flagged) > width
+            own = text_id(collection.corpus[d])
+            rows.append((flagged + [own] * width)[:width])
+        out["guide_ids"] = np.array(rows, np.int64).reshape(len(pairs), width)
+        collection.stats["guide_flagged_documents"] += flagged_total
+        collection.stats["pairs_with_more_flagged_than_guide_max_ids"] += over
+        collection.stats.report(what)
+    return out
+
+
+def _dataset_fn(
+    name: str, num_negatives: int, teacher: TeacherFeatures, split: str, shuffle_files: bool, seed: int | None = None
+):
+    columns = examples(name, split, num_negatives, teacher=teacher)
     if shuffle_files:
         order = np.random.RandomState(0 if seed is None else seed).permutation(len(columns["query"]))
         columns = {k: v[order] for k, v in columns.items()}
@@ -98,8 +172,11 @@ def _tokenize_negatives(ds: tf.data.Dataset, output_features) -> tf.data.Dataset
     return ds.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def register(vocabulary_path: str | None = None, num_negatives: int = 0) -> None:
-    """(Re)register every task and mixture with the given vocabulary (None: public T5)."""
+def register(
+    vocabulary_path: str | None = None, num_negatives: int = 0, teacher: TeacherFeatures = TeacherFeatures()
+) -> None:
+    """(Re)register every task and mixture with the given vocabulary (None: public T5), K hard
+    negatives per example and the teacher features."""
     vocabulary = vocab_lib.vocabulary(vocabulary_path)
     # EOS is appended by the feature converter after truncation, as T5's append_eos_after_trim.
     output_features = {
@@ -110,7 +187,9 @@ def register(vocabulary_path: str | None = None, num_negatives: int = 0) -> None
         seqio.TaskRegistry.remove(name)
         seqio.TaskRegistry.add(
             name,
-            source=seqio.FunctionDataSource(functools.partial(_dataset_fn, name, num_negatives), splits=splits),
+            source=seqio.FunctionDataSource(
+                functools.partial(_dataset_fn, name, num_negatives, teacher), splits=splits
+            ),
             output_features=output_features,
             preprocessors=[seqio.preprocessors.tokenize, _tokenize_negatives],
         )
