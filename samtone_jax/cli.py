@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--depth", type=int, default=32, help="candidates per query with --candidates=top")
     p.add_argument("--shard_size", type=int, default=1000, help="queries per resumable shard")
-    p.add_argument("--batch_size", type=int, default=64, help="texts per batch of a sentence-transformers teacher")
+    p.add_argument("--batch_size", type=int, default=64, help="texts per batch of a model teacher")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.set_defaults(run=commands.cmd_score)
 

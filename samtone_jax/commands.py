@@ -238,7 +238,11 @@ def cmd_score(args, bindings) -> int:
 
         if not paths.as_path(candidates).exists():
             raise MissingFileError(f"--candidates={candidates}: no such file (or pass --candidates=top)")
-        candidates, _ = teacher_scores.read(candidates, ReadStats(), args.skip_bad_records)
+        if args.depth != 32:
+            raise BadValueError("--depth is the number of top candidates of --candidates=top; a file's are all scored")
+        stats = ReadStats()
+        candidates, _ = teacher_scores.read(candidates, stats, args.skip_bad_records)
+        stats.report(f"--candidates={args.candidates}")
     mesh = None
     if args.teacher != "bm25":
         import jax
@@ -246,6 +250,10 @@ def cmd_score(args, bindings) -> int:
         from samtone_jax import partitioning
 
         mesh = partitioning.create_mesh(devices=jax.local_devices())
+    if (args.step is not None or args.vocabulary) and teachers.detect_kind(
+        args.teacher, args.teacher_kind
+    ) != "samtone":
+        raise BadValueError("--step and --vocabulary choose a samtone teacher's checkpoint and vocabulary only")
     teacher = teachers.load(
         args.teacher,
         args.teacher_kind,

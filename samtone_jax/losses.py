@@ -111,8 +111,10 @@ def _check_arrays(q, d, negatives, query_ids, doc_ids, negative_ids, guide_ids=N
             raise BadValueError(f"contrastive_loss: {name} must be integer ids; got dtype {value.dtype}")
     if negative_ids is not None and (doc_ids is None or negatives is None):
         raise BadValueError("contrastive_loss: negative_ids needs negatives and doc_ids to compare against")
-    if guide_ids is not None and doc_ids is None:
-        raise BadValueError("contrastive_loss: guide_ids needs doc_ids to compare against")
+    if guide_ids is not None and (doc_ids is None or (negatives is not None and negative_ids is None)):
+        raise BadValueError(
+            "contrastive_loss: guide_ids needs doc_ids (and, with negatives, negative_ids) to compare against"
+        )
 
 
 def _scores(rows: jax.Array, columns: jax.Array, temperature) -> jax.Array:

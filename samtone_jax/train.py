@@ -290,7 +290,7 @@ def train(
     loss_fn = _objective(loss_fn, distill_fn, teacher_scores, num_negatives, contrastive_weight, distillation_weight)
     if teacher_guide is not None and not id_masking:
         raise BadValueError("train.teacher_guide masks by document ids: it needs train.id_masking = True")
-    teacher = registration_features(teacher_scores, teacher_guide)
+    teacher = registration_features(teacher_scores, teacher_guide, contrastive_weight)
     tx, lr_schedule = adafactor(train_steps=train_steps)
     hosts, host = jax.process_count(), jax.process_index()
     if batch_size % mesh.shape["data"] or batch_size % hosts:
@@ -375,12 +375,21 @@ def train(
         )
 
 
-def registration_features(teacher_scores: bool, teacher_guide):
-    """tasks/registration.TeacherFeatures of train.teacher_scores / train.teacher_guide (a filter
-    with no cut set is no guide)."""
+def registration_features(teacher_scores: bool, teacher_guide, contrastive_weight: float):
+    """tasks/registration.TeacherFeatures of train.teacher_scores / train.teacher_guide."""
     from samtone_jax.tasks.registration import TeacherFeatures
 
-    return TeacherFeatures(teacher_scores, teacher_guide if teacher_guide and teacher_guide.active else None)
+    if teacher_guide is not None and not teacher_guide.active:
+        raise BadValueError(
+            "train.teacher_guide is a FalseNegativeFilter with no cut: set FalseNegativeFilter.margin (0: scored "
+            "above the positive), FalseNegativeFilter.relative_margin or FalseNegativeFilter.max_score"
+        )
+    if teacher_guide is not None and not contrastive_weight:
+        raise BadValueError(
+            "train.teacher_guide removes negatives from the contrastive loss, which train.contrastive_weight = 0 "
+            "turns off: drop the guide or give the contrastive loss a weight"
+        )
+    return TeacherFeatures(teacher_scores, teacher_guide)
 
 
 def _objective(loss_fn, distill_fn, teacher_scores: bool, num_negatives: int, contrastive_weight, distillation_weight):

@@ -32,7 +32,7 @@ def test_select_excludes_positives_and_honours_ranks_and_the_false_negative_filt
 
 
 def test_false_negative_filter_rejects_bad_cuts():
-    with pytest.raises(ValueError, match="relative_margin must be in"):
+    with pytest.raises(ValueError, match=r"FalseNegativeFilter.relative_margin\) must be in \[0, 1\)"):
         FalseNegativeFilter(relative_margin=1.5)
     with pytest.raises(ValueError, match="max_ids must be >= 1"):
         FalseNegativeFilter(margin=0.0, max_ids=0)

@@ -9,10 +9,11 @@ says so:
   relative_margin r  t_c > (1 − r) · t_p  (for scores on a ratio scale: BM25, cosine > 0)
   max_score M        t_c > M             (an absolute cut: a near-duplicate's cosine)
 
-The same filter serves `samtone mine` (flagged candidates are not written as negatives) and
-training (gin `train.teacher_guide = @FalseNegativeFilter()`: each pair's flagged documents become
+The same filter serves `samtone mine` (flagged candidates are not written as negatives; t_p is
+the score of the query's best-scored relevant document) and training (t_p is each pair's own
+positive; gin `train.teacher_guide = @FalseNegativeFilter()`: each pair's flagged documents become
 its `guide_ids`, which contrastive_loss removes from every term, in-batch and same-tower
-included). A filter with no cut set flags nothing.
+included). A filter with no cut set flags nothing (and training refuses it as a guide).
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ class FalseNegativeFilter:
 
     def __post_init__(self):
         if self.relative_margin is not None and not 0.0 <= self.relative_margin < 1.0:
-            raise BadValueError(f"FalseNegativeFilter.relative_margin must be in [0, 1); got {self.relative_margin}")
+            raise BadValueError(
+                f"relative_margin (samtone mine --relative_margin, gin FalseNegativeFilter.relative_margin) must be in "
+                f"[0, 1); got {self.relative_margin}"
+            )
         if self.max_ids < 1:
             raise BadValueError(f"FalseNegativeFilter.max_ids must be >= 1; got {self.max_ids}")
 

@@ -46,20 +46,24 @@ def _queries(collection):
 def _shard_rows(teacher, collection, doc_ids, index, shard, candidates, depth) -> list[str]:
     """The file rows of one shard of (qid, relevant indices)."""
     texts = [collection.queries[q] for q, _ in shard]
-    if candidates == "top":
-        widest = depth + max(len(r) for _, r in shard)  # enough to drop the relevant ones
-        ranked, _ = teacher.top(texts, widest)
-        chosen = [
-            [int(j) for j in row if j not in set(relevant)][:depth]
-            for row, (_, relevant) in zip(ranked, shard, strict=True)
-        ]
+    relevant = [r for _, r in shard]
+    if candidates == "top":  # the top, and the relevant documents' scores, from one scoring pass
+        widest = depth + max(len(r) for r in relevant)  # enough to drop the relevant ones
+        ranked, ranked_scores, relevant_scores = teacher.rank(texts, widest, relevant)
+        chosen, chosen_scores = [], []
+        for row, row_scores, r in zip(ranked, ranked_scores, relevant, strict=True):
+            kept = [(int(j), float(v)) for j, v in zip(row, row_scores, strict=True) if j not in set(r)][:depth]
+            chosen.append([j for j, _ in kept])
+            chosen_scores.append([v for _, v in kept])
     else:
         chosen = [[index[d] for d in candidates.get(q, []) if d in index and index[d] not in r] for q, r in shard]
-    scores = teacher.score(texts, [relevant + c for (_, relevant), c in zip(shard, chosen, strict=True)])
+        scores = teacher.score(texts, [r + c for r, c in zip(relevant, chosen, strict=True)])
+        relevant_scores = [s[: len(r)] for s, r in zip(scores, relevant, strict=True)]
+        chosen_scores = [s[len(r) :].tolist() for s, r in zip(scores, relevant, strict=True)]
     rows = []
-    for (q, relevant), c, s in zip(shard, chosen, scores, strict=True):
-        positives = {doc_ids[j]: float(v) for j, v in zip(relevant, s[: len(relevant)], strict=True)}
-        rows.append(teacher_scores.row(q, positives, [doc_ids[j] for j in c], s[len(relevant) :].tolist()))
+    for (q, r), c, s_r, s_c in zip(shard, chosen, relevant_scores, chosen_scores, strict=True):
+        positives = {doc_ids[j]: float(v) for j, v in zip(r, s_r, strict=True)}
+        rows.append(teacher_scores.row(q, positives, [doc_ids[j] for j in c], s_c))
     return rows
 
 
@@ -112,17 +116,17 @@ def score(
             f.write(name.read_text())
     counts = [len(json.loads(line)["negatives"]) for name in names for line in name.read_text().splitlines()]
     summary = {
+        **{k: v for k, v in (invocation or {}).items() if k not in ("teacher", "candidates")},
         "queries": len(queries),
         "teacher": teacher.name,
         "teacher_kind": teacher.kind,
-        "candidates": "top" if candidates == "top" else "file",
+        "candidates": "top" if candidates == "top" else f"file:{(invocation or {}).get('candidates', '?')}",
         "depth": depth,
         "mean_candidates": float(np.mean(counts)),
         "queries_without_candidates": int(sum(c == 0 for c in counts)),
         "candidates_missing_from_corpus": missing,
         "shards": len(shards),
         "shards_reused": int(sum(reused)),
-        **{k: v for k, v in (invocation or {}).items() if k not in ("teacher",)},
     }
     write_atomic(str(out) + ".json", json.dumps(summary, indent=2))
     parts.rmtree()

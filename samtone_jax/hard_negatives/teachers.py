@@ -45,14 +45,17 @@ class _Retriever:
         for start in range(0, len(queries), step):
             yield start, self.full_scores(queries[start : start + step])
 
-    def top(self, queries: list[str], depth: int) -> tuple[np.ndarray, np.ndarray]:
-        """([Q, depth] corpus indices best first, their scores)."""
-        ranked, scores = [], []
-        for _, block in self._blocks(queries):
+    def rank(self, queries: list[str], depth: int, also: list[list[int]]):
+        """([Q, depth] corpus indices best first, their scores, per query the scores of its `also`
+        indices), from one scoring pass."""
+        ranked, scores, extra = [], [], []
+        for start, block in self._blocks(queries):
             best = top_k(block, depth)
             ranked.append(best)
             scores.append(np.take_along_axis(block, best, axis=1))
-        return np.concatenate(ranked), np.concatenate(scores)
+            rows = also[start : start + len(block)]
+            extra += [row[np.asarray(c, np.int64)] for row, c in zip(block, rows, strict=True)]
+        return np.concatenate(ranked), np.concatenate(scores), extra
 
     def score(self, queries: list[str], candidates: list[list[int]]) -> list[np.ndarray]:
         """Per query, the scores of its candidate corpus indices."""
@@ -158,21 +161,30 @@ def detect(path: str) -> str:
     )
 
 
-def load(spec: str, kind: str = "auto", *, step=None, vocabulary=None, batch_size: int = 64, mesh=None):
-    """The teacher `spec` names ('bm25' or a folder) of `kind` (KINDS)."""
+def detect_kind(spec: str, kind: str = "auto") -> str:
+    """The kind of teacher `spec` ('bm25' or a folder) is, checked against an explicit `kind`."""
     if kind not in KINDS:
         raise BadValueError(f"--teacher_kind={kind!r} must be one of {KINDS}")
     if spec == "bm25" or kind == "bm25":
         if spec != "bm25":
             raise BadValueError(f"--teacher_kind=bm25 takes --teacher=bm25, not {spec!r}")
-        return BM25Teacher()
+        return "bm25"
     found = detect(spec)
     if kind != "auto" and kind != found:
         raise BadValueError(f"--teacher={spec} is a {found} folder, not a {kind} one: fix --teacher_kind or --teacher")
+    return found
+
+
+def load(spec: str, kind: str = "auto", *, step=None, vocabulary=None, batch_size: int = 64, mesh=None):
+    """The teacher `spec` names ('bm25' or a folder) of `kind` (KINDS); batch_size: texts a batch
+    of a model teacher."""
+    found = detect_kind(spec, kind)
+    if found == "bm25":
+        return BM25Teacher()
     if found == "samtone":
         from samtone_jax import inference
 
-        encoder = inference.load(spec, step=step, vocabulary=vocabulary, mesh=mesh)
+        encoder = inference.load(spec, step=step, vocabulary=vocabulary, batch_size=batch_size, mesh=mesh)
         name = f"samtone:{paths.as_str(spec)}@{encoder.step}"
         return DenseTeacher(name, found, encoder.encode_queries, encoder.encode_documents)
     if found == "sentence-transformers":

@@ -120,7 +120,8 @@ def _teacher_columns(collection, pairs, num_negatives: int, teacher: TeacherFeat
         if d not in scores.get(q, {}):
             raise BadValueError(
                 f"task {what}: {path} has no teacher score for query {q!r} and document {d!r}: score this task "
-                "and split with `samtone score` (its queries, positives and negatives)"
+                "and split with `samtone score --task=... --split=...` (with train.eval_split too, score "
+                "--split=all: one file serves both)"
             )
         return scores[q][d]
 
@@ -132,10 +133,13 @@ def _teacher_columns(collection, pairs, num_negatives: int, teacher: TeacherFeat
         ).reshape(len(pairs), 1 + num_negatives)
     if teacher.guide is not None:
         guide, width = teacher.guide, teacher.guide.max_ids
-        rows, flagged_total, over = [], 0, 0
+        rows, flagged_total, over, unknown = [], 0, 0, 0
         for q, d in pairs:
             relevant = {r for r, rel in collection.qrels.get(q, {}).items() if rel > 0}
-            candidates = sorted((-s, c) for c, s in scores.get(q, {}).items() if c not in relevant)  # best first
+            candidates = sorted(  # best first; a scored document this corpus lacks is counted, not used
+                (-s, c) for c, s in scores.get(q, {}).items() if c not in relevant and c in collection.corpus
+            )
+            unknown += sum(c not in collection.corpus for c in scores.get(q, {}))
             flags = guide.flags([-s for s, _ in candidates], score(q, d))
             flagged = [text_id(collection.corpus[c]) for (_, c), f in zip(candidates, flags, strict=True) if f]
             flagged_total += len(flagged)
@@ -145,6 +149,7 @@ def _teacher_columns(collection, pairs, num_negatives: int, teacher: TeacherFeat
         out["guide_ids"] = np.array(rows, np.int64).reshape(len(pairs), width)
         collection.stats["guide_flagged_documents"] += flagged_total
         collection.stats["pairs_with_more_flagged_than_guide_max_ids"] += over
+        collection.stats["teacher_scores_of_documents_not_in_the_corpus"] += unknown
         collection.stats.report(what)
     return out
 
