@@ -110,7 +110,11 @@ def train_args(
 def existing_eval(model_dir):
     """The eval JSON of a finished arm, or None."""
     folder = os.path.join(model_dir, "eval")
-    found = sorted(f for f in os.listdir(folder) if f.endswith(".json")) if os.path.isdir(folder) else []
+    found = (
+        sorted(f for f in os.listdir(folder) if f.endswith(".json") and "_dim" not in f)
+        if os.path.isdir(folder)
+        else []
+    )
     return os.path.join(folder, found[-1]) if found else None
 
 

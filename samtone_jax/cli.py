@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(mode, help=text)
         _add_gin_flags(p)
         _add_distributed_flags(p)
+        if mode == "eval":
+            p.add_argument(
+                "--dims",
+                default=None,
+                help="also the metrics of the first k dimensions of every embedding, re-normalised, for each k of "
+                "e.g. 64,128,256 (gin evaluate.dims; a Matryoshka model's smaller indexes)",
+            )
         p.set_defaults(run=commands.gin_command(module, function, report_final))
 
     p = sub.add_parser("encode", help="embed a task's queries / corpus into resumable shards")

@@ -73,13 +73,24 @@ def gin_command(module: str, function: str, report_final: bool):
 
         from samtone_jax import configurables
 
-        configurables.parse(args.gin_file, args.gin_bindings + bindings)
+        configurables.parse(args.gin_file, args.gin_bindings + bindings + _flag_bindings(args))
         metrics = getattr(importlib.import_module(module), function)()
         if report_final and metrics:
             print("final " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())))
         return 0
 
     return run
+
+
+def _flag_bindings(args) -> list[str]:
+    """Gin bindings of a gin mode's own flags (`samtone eval --dims 64,128` -> evaluate.dims)."""
+    if getattr(args, "dims", None) is None:
+        return []
+    try:
+        dims = tuple(int(k) for k in args.dims.split(",") if k.strip())
+    except ValueError:
+        raise BadValueError(f"--dims={args.dims!r} must be comma-separated integers, e.g. 64,128,256") from None
+    return [f"evaluate.dims = {dims}"]
 
 
 def default_embeddings_dir(checkpoint: str, task: str, split: str, step: int | None) -> str:

@@ -234,6 +234,8 @@ def train(
     teacher_guide: FalseNegativeFilter | None = None,
     contrastive_weight: float = 1.0,
     distillation_weight: float = 0.0,
+    matryoshka_dims: tuple[int, ...] | None = None,
+    matryoshka_weights: tuple[float, ...] | None = None,
     *,
     model,
     loss_fn,
@@ -274,6 +276,10 @@ def train(
     contrastive + distillation_weight · distillation; `teacher_guide` (a FalseNegativeFilter)
     removes the documents the teacher flags as each pair's false negatives from every contrastive
     term (the `guided_fraction` metric counts them).
+
+    `matryoshka_dims` (k_1 < k_2 < ...) with optional `matryoshka_weights`: the contrastive loss
+    summed over the embeddings truncated to each k and re-normalised (matryoshka.py), so the first
+    k dimensions serve alone (`samtone eval --dims`).
     """
     schedule = loop.Schedule(
         train_steps, batch_size, checkpoint_every, keep_checkpoints, log_every, eval_every, on_corrupt_checkpoint
@@ -287,6 +293,12 @@ def train(
         raise BadValueError(
             "train.eval_split / train.retrieval_eval_task need train.eval_every > 0 (how often to evaluate)"
         )
+    if matryoshka_dims:
+        from samtone_jax import matryoshka
+
+        loss_fn = matryoshka.nested(loss_fn, matryoshka_dims, matryoshka_weights)
+    elif matryoshka_weights:
+        raise BadValueError("train.matryoshka_weights needs train.matryoshka_dims (the nested dimensions they weigh)")
     loss_fn = _objective(loss_fn, distill_fn, teacher_scores, num_negatives, contrastive_weight, distillation_weight)
     if teacher_guide is not None and not id_masking:
         raise BadValueError("train.teacher_guide masks by document ids: it needs train.id_masking = True")

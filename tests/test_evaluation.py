@@ -241,3 +241,39 @@ def test_exact_index_is_built_once_and_searched_in_query_batches():
         index.search(queries[:2, :5], 10)
     with pytest.raises(ValueError, match=r"the corpus must be \[N, D\] embeddings, got shape \(203,\)"):
         search.ExactIndex(corpus[:, 0])
+
+
+def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run, wordnet_data, monkeypatch, tmp_path):
+    """`samtone eval --dims 4,16`: one JSON per truncation (first k dimensions, re-normalised), its P@1
+    that of a brute-force search written here on the model's own embeddings cut the same way."""
+    import json
+    import shutil
+
+    import samtone_jax
+    from samtone_jax import cli, tasks
+
+    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)  # the shared fixture's eval folder stays as other tests expect it
+    flags = [
+        f"--gin.evaluate.model_dir='{run}'",
+        "--gin.evaluate.task='wordnet_definitions'",
+        "--gin.evaluate.split='all'",
+    ]
+    assert cli.main(["eval", *flags, "--dims", "4,16"]) == 0
+    collection = tasks.load("wordnet_definitions", "all")
+    model = samtone_jax.load(str(run))
+    query_ids, doc_ids = sorted(collection.queries), sorted(collection.corpus)
+    q = model.encode_queries([collection.queries[i] for i in query_ids])
+    d = model.encode_documents([collection.corpus[i] for i in doc_ids])
+    for dim in (4, 16):
+        record = json.loads((run / "eval" / f"wordnet_definitions_all_step2_dim{dim}.json").read_text())
+        qk = q[:, :dim] / np.linalg.norm(q[:, :dim], axis=1, keepdims=True)
+        dk = d[:, :dim] / np.linalg.norm(d[:, :dim], axis=1, keepdims=True)
+        best = np.argmax(qk @ dk.T, axis=1)
+        p1 = np.mean([collection.qrels[qid].get(doc_ids[j], 0) > 0 for qid, j in zip(query_ids, best, strict=True)])
+        assert record["dim"] == dim and record["metrics"]["P@1"] == pytest.approx(p1, abs=1e-9)
+    full = json.loads((run / "eval" / "wordnet_definitions_all_step2.json").read_text())
+    assert "dim" not in full and q.shape[1] == 32
+    assert cli.main(["eval", *flags, "--dims", "8,64"]) == 2  # beyond the embedding's 32 dimensions
+    assert cli.main(["eval", *flags, "--dims", "eight"]) == 2

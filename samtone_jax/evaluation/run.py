@@ -21,6 +21,7 @@ import numpy as np
 from samtone_jax import paths
 from samtone_jax.atomic_file import atomic_open, write_atomic
 from samtone_jax.console_progress import Progress
+from samtone_jax.errors import BadValueError
 from samtone_jax.evaluation import metrics, search
 from samtone_jax.evaluation.embedding_store import encode_to_shards, load_shards
 
@@ -62,6 +63,23 @@ def embed(
     return stored_ids, embeddings
 
 
+def dense_embeddings(encoder, queries: dict[str, str], corpus: dict[str, str], embeddings_dir: str | None = None):
+    """(query ids, [Q, P] query embeddings, document ids, [N, P] document embeddings)."""
+    join = (lambda name: paths.join(embeddings_dir, name)) if embeddings_dir else (lambda name: None)
+    query_ids, q = embed(encoder, queries, "query", join("queries"))
+    doc_ids, d = embed(encoder, corpus, "document", join("documents"))
+    return query_ids, q, doc_ids, d
+
+
+def search_run(query_ids, q, doc_ids, d, *, k=100, mesh=None, exclude_self=False, backend="exact"):
+    """{query id: {doc id: score}} of the top-k documents of every query by q · d."""
+    scores, indices = search.top_k(q, d, k=k + int(exclude_self), backend=backend, mesh=mesh)
+    run = metrics.run_from_top_k(query_ids, doc_ids, scores, indices)
+    if exclude_self:
+        run = {qid: dict(list(((d, s) for d, s in docs.items() if d != qid))[:k]) for qid, docs in run.items()}
+    return run
+
+
 def dense_run(
     encoder,
     queries: dict[str, str],
@@ -75,14 +93,14 @@ def dense_run(
 ) -> dict[str, dict[str, float]]:
     """{query id: {doc id: score}} of the top-k documents for every query (`encoder`: a
     samtone_jax.inference.Encoder)."""
-    join = (lambda name: paths.join(embeddings_dir, name)) if embeddings_dir else (lambda name: None)
-    query_ids, q = embed(encoder, queries, "query", join("queries"))
-    doc_ids, d = embed(encoder, corpus, "document", join("documents"))
-    scores, indices = search.top_k(q, d, k=k + int(exclude_self), backend=backend, mesh=mesh)
-    run = metrics.run_from_top_k(query_ids, doc_ids, scores, indices)
-    if exclude_self:
-        run = {qid: dict(list(((d, s) for d, s in docs.items() if d != qid))[:k]) for qid, docs in run.items()}
-    return run
+    embedded = dense_embeddings(encoder, queries, corpus, embeddings_dir)
+    return search_run(*embedded, k=k, mesh=mesh, exclude_self=exclude_self, backend=backend)
+
+
+def truncated(x: np.ndarray, dim: int) -> np.ndarray:
+    """The first `dim` coordinates of each row, L2-normalised again (Matryoshka serving)."""
+    head = np.asarray(x[:, :dim], np.float32)
+    return head / np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
 
 
 def write_trec(path, run: dict[str, dict[str, float]], tag: str) -> None:
@@ -93,6 +111,33 @@ def write_trec(path, run: dict[str, dict[str, float]], tag: str) -> None:
             ranked = sorted(run[qid].items(), key=lambda x: -x[1])
             for rank, (did, score) in enumerate(ranked, start=1):
                 f.write(f"{qid} Q0 {did} {rank} {score:.9g} {tag}\n")
+
+
+def _write_record(out, name, task, split, step, collection, run, measures, k, backend, dim) -> dict:
+    """<name>.json (valid JSON or none): the metrics and per-query values of `run` (naming <name>.trec
+    when `dim` is None, the full embedding; `dim`: the first dim dimensions); returns the metrics."""
+    results = metrics.evaluate(collection.qrels, run, measures)
+    record = {
+        "task": task,
+        "split": split,
+        "step": step,
+        **({} if dim is None else {"dim": dim}),
+        "queries": len(run),
+        "corpus": len(collection.corpus),
+        "k": k,
+        "backend": backend,
+        "metrics": results,
+        **({"trec": name + ".trec"} if dim is None else {}),
+        "per_query": metrics.per_query(collection.qrels, run, measures),
+    }
+    write_atomic(out / f"{name}.json", json.dumps(record, indent=1, allow_nan=False))
+    what = "" if dim is None else f", first {dim} dimensions"
+    print(
+        f"{task}/{split} step {step}{what}: {len(run):,} queries, {len(collection.corpus):,} documents "
+        f"-> {out}/{name}.json"
+    )
+    print(format_table(results))
+    return results
 
 
 def format_table(results: dict[str, float]) -> str:
@@ -113,6 +158,7 @@ def evaluate(
     keep_embeddings: bool = True,
     shard_size: int = 65536,
     packing_max_segments: int | None = None,
+    dims: tuple[int, ...] | None = None,
 ) -> dict[str, float]:
     """Evaluate the checkpoint at `step` (default: the latest) of MODEL_DIR on task/split; lengths
     default to the run's train.query_length / train.doc_length.
@@ -120,6 +166,9 @@ def evaluate(
     backend: 'exact' (on device), 'approx' (lax.approx_max_k, TPU), 'faiss' (IndexFlatIP) or
     'faiss_ivfpq' (approximate); see samtone_jax/evaluation/search.py. `packing_max_segments` S:
     texts encoded packed, up to S a row (the same embeddings, less padding; samtone_jax.load).
+    `dims` (k, ...; CLI `samtone eval --dims 64,128`): from the same embeddings, the metrics of each
+    truncation to the first k dimensions re-normalised (a Matryoshka model's smaller indexes), each
+    in its own <task>_<split>_step<N>_dim<k>.json beside the full one.
     """
     import jax
 
@@ -139,38 +188,25 @@ def evaluate(
     name = f"{task}_{split}_step{encoder.step}"
     out = paths.as_path(model_dir) / "eval"
     embeddings_dir = str(out / "embeddings" / name)
-    run = dense_run(
-        encoder,
-        collection.queries,
-        collection.corpus,
-        k=k,
-        mesh=encoder.mesh,
-        exclude_self=task.startswith("beir_"),
-        backend=backend,
-        embeddings_dir=embeddings_dir,
-    )
-    measures = metrics.measures_for_depth(k)
-    results = metrics.evaluate(collection.qrels, run, measures)
-    if jax.process_index() == 0:
-        write_trec(out / f"{name}.trec", run, f"samtone_step{encoder.step}")
-        record = {
-            "task": task,
-            "split": split,
-            "step": encoder.step,
-            "queries": len(run),
-            "corpus": len(collection.corpus),
-            "k": k,
-            "backend": backend,
-            "metrics": results,
-            "trec": name + ".trec",
-            "per_query": metrics.per_query(collection.qrels, run, measures),
-        }
-        write_atomic(out / f"{name}.json", json.dumps(record, indent=1, allow_nan=False))  # valid JSON or none
-        print(
-            f"{task}/{split} step {encoder.step}: {len(run):,} queries, {len(collection.corpus):,} documents "
-            f"-> {out}/{name}.json"
+    query_ids, q, doc_ids, d = dense_embeddings(encoder, collection.queries, collection.corpus, embeddings_dir)
+    if dims and (list(dims) != sorted(set(dims)) or dims[0] < 1 or dims[-1] > q.shape[1]):
+        raise BadValueError(
+            f"evaluate.dims (--dims) must be increasing dimensions in [1, {q.shape[1]}] (the model's embedding "
+            f"dimension); got {tuple(dims)}"
         )
-        print(format_table(results))
-        if not keep_embeddings:
-            paths.as_path(embeddings_dir).rmtree(missing_ok=True)
+    search_args = dict(k=k, mesh=encoder.mesh, exclude_self=task.startswith("beir_"), backend=backend)
+    measures = metrics.measures_for_depth(k)
+    for dim in dims or ():
+        run = search_run(query_ids, truncated(q, dim), doc_ids, truncated(d, dim), **search_args)
+        if jax.process_index() == 0:
+            _write_record(
+                out, f"{name}_dim{dim}", task, split, encoder.step, collection, run, measures, k, backend, dim
+            )
+    run = search_run(query_ids, q, doc_ids, d, **search_args)
+    if jax.process_index() != 0:
+        return metrics.evaluate(collection.qrels, run, measures)
+    write_trec(out / f"{name}.trec", run, f"samtone_step{encoder.step}")
+    results = _write_record(out, name, task, split, encoder.step, collection, run, measures, k, backend, None)
+    if not keep_embeddings:
+        paths.as_path(embeddings_dir).rmtree(missing_ok=True)
     return results
