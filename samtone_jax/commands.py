@@ -119,6 +119,7 @@ def cmd_encode(args, bindings) -> int:
         batch_size=args.batch_size,
         mesh=partitioning.create_mesh(devices=jax.local_devices()),
         packing_max_segments=args.packing_max_segments,
+        task=args.task,
     )
     sides = {"query": ("query",), "document": ("document",), "both": ("query", "document")}[args.side]
     for side in sides:
@@ -159,7 +160,12 @@ def cmd_analyze(args, bindings) -> int:
     mesh = partitioning.create_mesh(devices=jax.local_devices())
     encoders = {
         name: inference.load(
-            path, vocabulary=args.vocabulary, query_length=args.query_length, doc_length=args.doc_length, mesh=mesh
+            path,
+            vocabulary=args.vocabulary,
+            query_length=args.query_length,
+            doc_length=args.doc_length,
+            mesh=mesh,
+            task=args.task,
         )
         for name, path in zip(names, args.checkpoint, strict=True)
     }
@@ -212,7 +218,7 @@ def cmd_mine(args, bindings) -> int:
         from samtone_jax import inference, partitioning
 
         mesh = partitioning.create_mesh(devices=jax.local_devices())
-        encoder = inference.load(args.checkpoint, step=args.step, vocabulary=args.vocabulary, mesh=mesh)
+        encoder = inference.load(args.checkpoint, step=args.step, vocabulary=args.vocabulary, mesh=mesh, task=args.task)
     summary = mine(
         collection,
         args.out,

@@ -10,7 +10,8 @@
 (model.gin + params/), or a folder written by `samtone export` (either format). The SentencePiece
 vocabulary comes from, in order: the `vocabulary` argument, DIR/vocab.model (train copies a local
 vocabulary there; an export has spiece.model), the run's `train.vocabulary`, T5's public vocabulary
-when the run named none.
+when the run named none. Prompts a run was trained with (gin `prompts.*`, tasks/__init__.py) are
+put before every text, as in training: the run-wide ones, or `task`'s own (`load(path, task=...)`).
 """
 
 from __future__ import annotations
@@ -44,12 +45,15 @@ class Encoder:
         step: int | None = None,
         source: str | None = None,
         packing_max_segments: int | None = None,
+        query_prompt: str = "",
+        document_prompt: str = "",
     ):
         if isinstance(vocabulary, str):
             vocabulary = vocab_lib.tokens(vocabulary)
         self.model, self.vocabulary = model, vocabulary
         self.query_length, self.doc_length = query_length, doc_length
         self.step, self.source = step, source
+        self.query_prompt, self.document_prompt = query_prompt, document_prompt
         self._encoder = TextEncoder(
             model, params, vocabulary, mesh, batch_size, packing_max_segments=packing_max_segments
         )
@@ -67,12 +71,16 @@ class Encoder:
         return self.model.architecture
 
     def encode_queries(self, texts: list[str], progress=None) -> np.ndarray:
-        """[N, P] float32, L2-normalised query embeddings (texts truncated to query_length tokens)."""
-        return self._encoder.encode(list(texts), self.query_length, "query", progress)
+        """[N, P] float32, L2-normalised query embeddings of query_prompt + text (truncated to
+        query_length tokens)."""
+        texts = [self.query_prompt + t for t in texts]
+        return self._encoder.encode(texts, self.query_length, "query", progress)
 
     def encode_documents(self, texts: list[str], progress=None) -> np.ndarray:
-        """[N, P] float32, L2-normalised document embeddings (truncated to doc_length tokens)."""
-        return self._encoder.encode(list(texts), self.doc_length, "document", progress)
+        """[N, P] float32, L2-normalised document embeddings of document_prompt + text (truncated
+        to doc_length tokens)."""
+        texts = [self.document_prompt + t for t in texts]
+        return self._encoder.encode(texts, self.doc_length, "document", progress)
 
     def __repr__(self) -> str:
         return (
@@ -150,10 +158,12 @@ def load(
     batch_size: int = 256,
     mesh=None,
     packing_max_segments: int | None = None,
+    task: str | None = None,
 ) -> Encoder:
     """An `Encoder` for the checkpoint at `path` (see the module docstring for what `path` may be).
 
-    Query / document lengths default to the run's `train.query_length` / `train.doc_length`.
+    Query / document lengths default to the run's `train.query_length` / `train.doc_length`; the
+    prompts to the run's (those of `task` when the run set per-task prompts).
     `packing_max_segments` S: texts packed up to S a row (evaluation/encode.py), the same
     embeddings with less padding; `batch_size` then counts rows.
     """
@@ -178,6 +188,7 @@ def load(
             batch_size=batch_size,
             mesh=mesh,
             packing_max_segments=packing_max_segments,
+            task=task,
         )
     else:
         text = load_model_gin(directory)
@@ -187,6 +198,9 @@ def load(
     vocabulary = _vocabulary_path(directory, vocabulary, settings)
     query_length = query_length or settings.get("train.query_length", 64)
     doc_length = doc_length or settings.get("train.doc_length", 128)
+    from samtone_jax.tasks import prompt_of
+
+    query_prompt, document_prompt = prompt_of(task, settings)
     return Encoder(
         model,
         params,
@@ -198,6 +212,8 @@ def load(
         step=step,
         source=directory,
         packing_max_segments=packing_max_segments,
+        query_prompt=query_prompt,
+        document_prompt=document_prompt,
     )
 
 
@@ -210,9 +226,10 @@ def load_export(
     batch_size: int = 256,
     mesh=None,
     packing_max_segments: int | None = None,
+    task: str | None = None,
 ) -> Encoder:
     """An `Encoder` for a `samtone export` folder, complete or still being checked by the export
-    (`load` checks the commit marker first)."""
+    (`load` checks the commit marker first); its prompts are the export's (samtone.json)."""
     from samtone_jax import gin_utils
     from samtone_jax.checkpoints import load_model_gin
     from samtone_jax.checkpoints.importer import import_export
@@ -233,4 +250,16 @@ def load_export(
         step=info["source"].get("step"),
         source=str(root),
         packing_max_segments=packing_max_segments,
+        **_export_prompts(info, task),
     )
+
+
+def _export_prompts(info: dict, task: str | None) -> dict:
+    """Encoder's prompt arguments from samtone.json's `prompts` ({'query', 'document'} and, per task,
+    '<task>/query' / '<task>/document'); an export without prompts has none."""
+    prompts = info.get("prompts") or {}
+
+    def side(name: str) -> str:
+        return prompts.get(f"{task}/{name}", prompts.get(name, "")) if task else prompts.get(name, "")
+
+    return {"query_prompt": side("query"), "document_prompt": side("document")}

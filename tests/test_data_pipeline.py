@@ -157,3 +157,26 @@ def test_build_vocab_is_deterministic_and_data_stats_reports_duplicates(fixture_
     }
     assert stats["document_truncation_rate"] == 1.0  # 'The sky is blue.' needs more than 3 pieces + EOS
     assert cli.main(["data-stats", "--task=nope"]) == 2
+
+
+def test_prompts_go_before_every_text_and_leave_the_ids_alone(fixture_tasks):
+    from samtone_jax import configurables, tasks
+
+    plain = registration.examples("wordnet_definitions", "all", 0)
+    configurables.parse([], ["prompts.query = 'query: '", "prompts.document = 'passage: '"])
+    try:
+        prompted = registration.examples("wordnet_definitions", "all", 0)
+        assert tasks.prompt_of("wordnet_definitions") == ("query: ", "passage: ")
+        configurables.parse([], ["prompts.per_task = {'wordnet_definitions': ('define: ', '')}"])
+        per_task = registration.examples("wordnet_definitions", "all", 0)
+        configurables.parse([], ["prompts.per_task = {'wordnet_definitions': 'define: '}"])
+        with pytest.raises(ValueError, match=r"prompts.per_task\['wordnet_definitions'\] must be a \(query prompt"):
+            tasks.prompt_of("wordnet_definitions")
+    finally:
+        configurables.parse([], [])
+    assert list(prompted["query"]) == ["query: " + t for t in plain["query"]]
+    assert list(prompted["document"]) == ["passage: " + t for t in plain["document"]]
+    assert list(per_task["query"]) == ["define: " + t for t in plain["query"]]
+    assert list(per_task["document"]) == list(plain["document"])
+    for ids in ("query_id", "doc_id"):  # duplicates are the same texts, prompted or not
+        np.testing.assert_array_equal(prompted[ids], plain[ids])

@@ -156,3 +156,34 @@ def test_model_card_reports_the_runs_eval_numbers(trained_run, tmp_path):
     )
     assert "| wordnet_definitions | test | 2 | 7 | 9 | 0.1250 | 0.3456 |" in card
     assert "same_tower = 'query'" in card and "task `wordnet_definitions`" in card
+
+
+@pytest.mark.slow
+def test_prompts_of_a_run_are_applied_by_load_and_carried_into_the_export(trained_run, tmp_path):
+    """A run trained with prompts: samtone_jax.load puts them before every text, and the exported
+    sentence-transformers model (its `prompts`) embeds prompted text like ours."""
+    from sentence_transformers import SentenceTransformer
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    with open(run / "config.gin", "a") as f:  # as a run with these gin settings writes it
+        f.write("\nprompts.query = 'query: '\nprompts.document = 'passage: '\n")
+    ours, unprompted = samtone_jax.load(str(run)), samtone_jax.load(str(trained_run))
+    texts = sentences(20)
+    np.testing.assert_allclose(
+        ours.encode_queries(texts), unprompted.encode_queries(["query: " + t for t in texts]), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        ours.encode_documents(texts), unprompted.encode_documents(["passage: " + t for t in texts]), atol=1e-6
+    )
+    assert _cosines(ours.encode_queries(texts), unprompted.encode_queries(texts)).min() < 0.9999  # prompts matter
+    dst = tmp_path / "st"
+    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--dst={dst}"]) == 0
+    config = json.loads((dst / "config_sentence_transformers.json").read_text())
+    assert config["prompts"] == {"query": "query: ", "document": "passage: "}
+    theirs = SentenceTransformer(str(dst), device="cpu", local_files_only=True)
+    assert _cosines(theirs.encode_query(texts), ours.encode_queries(texts)).min() >= 0.99999
+    assert _cosines(theirs.encode_document(texts), ours.encode_documents(texts)).min() >= 0.99999
+    exported = samtone_jax.load(str(dst))  # our own loader reads the export's prompts too
+    assert (exported.query_prompt, exported.document_prompt) == ("query: ", "passage: ")
+    assert _cosines(exported.encode_queries(texts), ours.encode_queries(texts)).min() >= 0.99999

@@ -184,6 +184,7 @@ def evaluate(
         doc_length=doc_length,
         mesh=mesh,
         packing_max_segments=packing_max_segments,
+        task=task,
     )
     name = f"{task}_{split}_step{encoder.step}"
     out = paths.as_path(model_dir) / "eval"

@@ -48,8 +48,10 @@ class RetrievalEval:
             query_ids = query_ids[:: len(query_ids) // max_queries][:max_queries]
         self.query_ids, self.doc_ids = query_ids, sorted(collection.corpus)
         self.qrels = {q: collection.qrels[q] for q in query_ids}
-        self.query_tokens = tokenize(vocabulary, [collection.queries[q] for q in query_ids], query_length)[0]
-        self.doc_tokens = tokenize(vocabulary, [collection.corpus[d] for d in self.doc_ids], doc_length)[0]
+        query_prompt, doc_prompt = tasks.prompt_of(task)  # as the run trains and samtone_jax.load serves
+        queries = [query_prompt + collection.queries[q] for q in query_ids]
+        self.query_tokens = tokenize(vocabulary, queries, query_length)[0]
+        self.doc_tokens = tokenize(vocabulary, [doc_prompt + collection.corpus[d] for d in self.doc_ids], doc_length)[0]
         self.encoder = TextEncoder(model, None, vocabulary, mesh, batch_size)
         self.k, self.name = min(k, len(self.doc_ids)), f"{task}/{split}"
         self.measures = metrics.measures_for_depth(self.k)

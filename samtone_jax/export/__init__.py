@@ -64,10 +64,15 @@ def _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer) -> tu
         write_t5_encoder(towers[side], encoder.model.config, dirs[side])
         tokenizer.save_pretrained(dirs[side])
     dirs.setdefault("document", dirs["query"])
-    model = st.build(encoder.architecture, dirs, kernels, encoder.query_length, encoder.doc_length)
+    model = st.build(encoder.architecture, dirs, kernels, encoder.query_length, encoder.doc_length, _prompts(encoder))
     model.save(tmp)
     staging.rmtree()
     return _locate_st_weights(tmp, encoder.architecture), model
+
+
+def _prompts(encoder) -> dict[str, str]:
+    """The prompts the model was trained with, by side (empty: none)."""
+    return {k: v for k, v in (("query", encoder.query_prompt), ("document", encoder.document_prompt)) if v}
 
 
 def _relative(*parts: str) -> str:
@@ -141,8 +146,9 @@ def export(
         raise MissingFileError(f"the vocabulary of {checkpoint} could not be read")
     probes = tokenizer_lib.probe_texts()
     tokenizer = tokenizer_lib.t5_tokenizer(encoder.vocabulary, max(encoder.query_length, encoder.doc_length))
-    for length in {encoder.query_length, encoder.doc_length}:
-        tokenizer_lib.check_parity(tokenizer, encoder.vocabulary, probes, length)
+    prompted = [prompt + text for prompt in _prompts(encoder).values() for text in probes[:20]]
+    for length in {encoder.query_length, encoder.doc_length}:  # and on prompted text, as the export will see it
+        tokenizer_lib.check_parity(tokenizer, encoder.vocabulary, probes + prompted, length)
     towers, kernels = layout(encoder.architecture).split(encoder.params)
     with atomic_directory(dst, overwrite) as tmp:
         if fmt == "hf":
@@ -158,6 +164,7 @@ def export(
             "projection_dim": int(kernels["query"].shape[1]),
             "vocabulary": VOCAB_FILE,
             "extra_ids": int(encoder.vocabulary.extra_ids),
+            **({"prompts": _prompts(encoder)} if _prompts(encoder) else {}),
             **where,
             "source": {"checkpoint": encoder.source, "step": encoder.step},
         }

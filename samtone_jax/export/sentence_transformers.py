@@ -28,10 +28,17 @@ def _dense(kernel: np.ndarray):
 
 
 def build(
-    architecture: str, tower_dirs: dict[str, str], kernels: dict[str, np.ndarray], query_length: int, doc_length: int
+    architecture: str,
+    tower_dirs: dict[str, str],
+    kernels: dict[str, np.ndarray],
+    query_length: int,
+    doc_length: int,
+    prompts: dict[str, str] | None = None,
 ):
     """The SentenceTransformer model (CPU, float32). tower_dirs / kernels: {'query': ..., 'document': ...}
-    (the same folder / array for both sides of an SDE)."""
+    (the same folder / array for both sides of an SDE). prompts: {'query': ..., 'document': ...}, the
+    texts our model puts before each side's text, which `encode_query` / `encode_document` then
+    put there too (saved in config_sentence_transformers.json)."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Router, Transformer
 
@@ -58,4 +65,5 @@ def build(
             document_modules=[transformer(tower_dirs["document"], doc_length), pooling, document_dense],
         )
         modules = [router, Normalize()]
-    return SentenceTransformer(modules=modules, device="cpu", similarity_fn_name="cosine")
+    prompts = {name: text for name, text in (prompts or {}).items() if text}
+    return SentenceTransformer(modules=modules, device="cpu", similarity_fn_name="cosine", prompts=prompts or None)

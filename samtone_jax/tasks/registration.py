@@ -61,7 +61,8 @@ def examples(
     """Column arrays of the task's training examples (cached per data root); see `_examples`.
     skip_bad_records None: gin's `skip_bad_records.enabled`."""
     skip = tasks.skip_bad_records() if skip_bad_records is None else skip_bad_records
-    return _examples(name, split, num_negatives, skip, tasks.root_of(name), tasks.hard_negatives_file(), teacher)
+    negatives_file, prompt = tasks.hard_negatives_file(), tasks.prompt_of(name)
+    return _examples(name, split, num_negatives, skip, tasks.root_of(name), negatives_file, teacher, prompt)
 
 
 @functools.lru_cache(maxsize=16)
@@ -73,11 +74,13 @@ def _examples(
     root: str,
     negatives_file: str | None,
     teacher: TeacherFeatures,
+    prompt: tuple[str, str] = ("", ""),
 ) -> dict[str, np.ndarray]:
     """Column arrays of the task's training examples: one row per relevant (query, document) pair.
 
     With num_negatives = K, only queries with ≥ K hard negatives are kept (the count of those
-    dropped is logged), and each row carries its first K negatives.
+    dropped is logged), and each row carries its first K negatives. `prompt` (query, document):
+    put before every text (tasks.prompts); the ids stay those of the texts themselves.
     """
     collection = tasks.load(name, split, skip_bad_records)
     pairs = collection.pairs()
@@ -91,15 +94,17 @@ def _examples(
         pairs = [(q, d) for q, d in pairs if len(collection.hard_negatives.get(q, [])) >= num_negatives]
     queries = [collection.queries[q] for q, _ in pairs]
     documents = [collection.corpus[d] for _, d in pairs]
+    query_prompt, doc_prompt = prompt
     columns = {
-        "query": np.array(queries, dtype=object),
-        "document": np.array(documents, dtype=object),
+        "query": np.array([query_prompt + t for t in queries], dtype=object),
+        "document": np.array([doc_prompt + t for t in documents], dtype=object),
         "query_id": np.array([text_id(t) for t in queries], np.int64),
         "doc_id": np.array([text_id(t) for t in documents], np.int64),
     }
     if num_negatives:
         negatives = [[collection.corpus[n] for n in collection.hard_negatives[q][:num_negatives]] for q, _ in pairs]
-        columns["negatives"] = np.array(negatives, dtype=object).reshape(len(pairs), num_negatives)
+        prompted = [[doc_prompt + t for t in row] for row in negatives]
+        columns["negatives"] = np.array(prompted, dtype=object).reshape(len(pairs), num_negatives)
         columns["negative_ids"] = np.array([[text_id(t) for t in row] for row in negatives], np.int64)
     if teacher.any:
         columns.update(_teacher_columns(collection, pairs, num_negatives, teacher, f"{name}/{split}", negatives_file))
