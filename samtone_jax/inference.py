@@ -47,6 +47,7 @@ class Encoder:
         packing_max_segments: int | None = None,
         query_prompt: str = "",
         document_prompt: str = "",
+        matryoshka_dims: tuple[int, ...] | None = None,
     ):
         if isinstance(vocabulary, str):
             vocabulary = vocab_lib.tokens(vocabulary)
@@ -54,6 +55,8 @@ class Encoder:
         self.query_length, self.doc_length = query_length, doc_length
         self.step, self.source = step, source
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
+        # The nested dimensions the model was trained to serve truncated (train.matryoshka_dims).
+        self.matryoshka_dims = tuple(matryoshka_dims) if matryoshka_dims else None
         self._encoder = TextEncoder(
             model, params, vocabulary, mesh, batch_size, packing_max_segments=packing_max_segments
         )
@@ -214,6 +217,7 @@ def load(
         packing_max_segments=packing_max_segments,
         query_prompt=query_prompt,
         document_prompt=document_prompt,
+        matryoshka_dims=settings.get("train.matryoshka_dims"),
     )
 
 
@@ -250,6 +254,7 @@ def load_export(
         step=info["source"].get("step"),
         source=str(root),
         packing_max_segments=packing_max_segments,
+        matryoshka_dims=info.get("matryoshka_dims"),
         **_export_prompts(info, task),
     )
 

@@ -159,15 +159,16 @@ def test_model_card_reports_the_runs_eval_numbers(trained_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_prompts_of_a_run_are_applied_by_load_and_carried_into_the_export(trained_run, tmp_path):
-    """A run trained with prompts: samtone_jax.load puts them before every text, and the exported
-    sentence-transformers model (its `prompts`) embeds prompted text like ours."""
+def test_prompts_and_matryoshka_dims_of_a_run_are_carried_into_the_export(trained_run, tmp_path):
+    """A run trained with prompts (and nested dimensions): samtone_jax.load puts the prompts before
+    every text, the exported sentence-transformers model (its `prompts`) embeds prompted text like
+    ours, and the export records the dimensions it serves truncated (`truncate_dim`)."""
     from sentence_transformers import SentenceTransformer
 
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)
     with open(run / "config.gin", "a") as f:  # as a run with these gin settings writes it
-        f.write("\nprompts.query = 'query: '\nprompts.document = 'passage: '\n")
+        f.write("\nprompts.query = 'query: '\nprompts.document = 'passage: '\ntrain.matryoshka_dims = (8, 32)\n")
     ours, unprompted = samtone_jax.load(str(run)), samtone_jax.load(str(trained_run))
     texts = sentences(20)
     np.testing.assert_allclose(
@@ -187,3 +188,15 @@ def test_prompts_of_a_run_are_applied_by_load_and_carried_into_the_export(traine
     exported = samtone_jax.load(str(dst))  # our own loader reads the export's prompts too
     assert (exported.query_prompt, exported.document_prompt) == ("query: ", "passage: ")
     assert _cosines(exported.encode_queries(texts), ours.encode_queries(texts)).min() >= 0.99999
+    assert json.loads((dst / "samtone.json").read_text())["matryoshka_dims"] == [8, 32]
+    assert "truncate_dim=8" in (dst / "README.md").read_text()
+    small = SentenceTransformer(str(dst), device="cpu", local_files_only=True, truncate_dim=8).encode_query(texts)
+    head = ours.encode_queries(texts)[:, :8]
+    assert small.shape == (len(texts), 8)
+    np.testing.assert_allclose(
+        _cosines(
+            small / np.linalg.norm(small, axis=1, keepdims=True), head / np.linalg.norm(head, axis=1, keepdims=True)
+        ),
+        1.0,
+        atol=1e-5,
+    )

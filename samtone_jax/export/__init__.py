@@ -165,6 +165,8 @@ def export(
             "vocabulary": VOCAB_FILE,
             "extra_ids": int(encoder.vocabulary.extra_ids),
             **({"prompts": _prompts(encoder)} if _prompts(encoder) else {}),
+            # trained to serve truncated: SentenceTransformer(DST, truncate_dim=k), samtone eval --dims
+            **({"matryoshka_dims": list(encoder.matryoshka_dims)} if encoder.matryoshka_dims else {}),
             **where,
             "source": {"checkpoint": encoder.source, "step": encoder.step},
         }
@@ -182,6 +184,7 @@ def export(
                 doc_length=encoder.doc_length,
                 run_dir=encoder.source,
                 step=encoder.step,
+                matryoshka_dims=encoder.matryoshka_dims,
             )
         )
         texts = probes[:40] + [" ".join(probes[40:60])]  # one text longer than any length: truncation checked

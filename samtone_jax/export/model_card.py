@@ -49,6 +49,7 @@ def model_card(
     doc_length: int,
     run_dir: str,
     step: int | None,
+    matryoshka_dims=None,
 ) -> str:
     settings = run_settings(run_dir)
     loss = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("contrastive_loss.")}
@@ -68,6 +69,14 @@ def model_card(
         f"- Embedding: mean over non-padding tokens -> bias-free projection to {projection_dim} -> L2 normalisation "
         "(cosine similarity = dot product).",
         f"- Inputs: queries truncated to {query_length} tokens, documents to {doc_length} (EOS kept).",
+        *(
+            [
+                f"- Matryoshka: trained to serve its first {', '.join(map(str, matryoshka_dims))} dimensions alone "
+                f"(`SentenceTransformer(PATH, truncate_dim={matryoshka_dims[0]})`; cosine similarity re-normalises)."
+            ]
+            if matryoshka_dims
+            else []
+        ),
         "",
         "## Training",
         f"- Source: `{run_dir}`, step {step if step is not None else 'n/a'}.",
