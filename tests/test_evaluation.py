@@ -243,6 +243,7 @@ def test_exact_index_is_built_once_and_searched_in_query_batches():
         search.ExactIndex(corpus[:, 0])
 
 
+@pytest.mark.slow
 def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run, wordnet_data, monkeypatch, tmp_path):
     """`samtone eval --dims 4,16`: one JSON per truncation (first k dimensions, re-normalised), its P@1
     that of a brute-force search written here on the model's own embeddings cut the same way."""

@@ -174,6 +174,7 @@ def test_a_teacher_folder_that_is_missing_or_of_the_wrong_kind_is_refused(tmp_pa
         teachers.load("bm25", "bert")
 
 
+@pytest.mark.slow
 def test_samtone_teacher_ranks_by_the_models_cosine(trained_run, tmp_path):
     import samtone_jax
 
@@ -237,6 +238,7 @@ def test_scores_file_gives_the_examples_their_teacher_scores_and_guide_ids(wordn
     assert collection.stats["guide_flagged_documents"] > 0
 
 
+@pytest.mark.slow
 def test_teacher_features_travel_through_the_pipeline_packing_and_model_features(wordnet_scores, wordnet_data):
     from samtone_jax import train
     from samtone_jax.data import packing, pipeline
