@@ -25,6 +25,7 @@ from jax.sharding import PartitionSpec as P
 from samtone_jax import grad_cache, loop, partitioning, paths
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.checkpoints import load_params
+from samtone_jax.data.task_batches import TaskBatches
 from samtone_jax.encoding import encode_batch
 from samtone_jax.errors import BadValueError, MissingFileError
 from samtone_jax.hard_negatives.guide import FalseNegativeFilter
@@ -236,6 +237,7 @@ def train(
     distillation_weight: float = 0.0,
     matryoshka_dims: tuple[int, ...] | None = None,
     matryoshka_weights: tuple[float, ...] | None = None,
+    task_batches: TaskBatches | None = None,
     *,
     model,
     loss_fn,
@@ -280,6 +282,10 @@ def train(
     `matryoshka_dims` (k_1 < k_2 < ...) with optional `matryoshka_weights`: the contrastive loss
     summed over the embeddings truncated to each k and re-normalised (matryoshka.py), so the first
     k dimensions serve alone (`samtone eval --dims`).
+
+    `task_batches` (data/task_batches.TaskBatches; TASK a mixture): every batch from one member
+    task, drawn by the rates from (seed, step), with per-task batch sizes and in-batch negatives;
+    per-task loss and accuracy are logged as task/<name>/loss, task/<name>/accuracy.
     """
     schedule = loop.Schedule(
         train_steps, batch_size, checkpoint_every, keep_checkpoints, log_every, eval_every, on_corrupt_checkpoint
@@ -300,6 +306,8 @@ def train(
     elif matryoshka_weights:
         raise BadValueError("train.matryoshka_weights needs train.matryoshka_dims (the nested dimensions they weigh)")
     loss_fn = _objective(loss_fn, distill_fn, teacher_scores, num_negatives, contrastive_weight, distillation_weight)
+    if task_batches is not None and task_batches.no_in_batch_negatives and not id_masking:
+        raise BadValueError("TaskBatches.no_in_batch_negatives marks pairs by query id: it needs train.id_masking")
     if teacher_guide is not None and not id_masking:
         raise BadValueError("train.teacher_guide masks by document ids: it needs train.id_masking = True")
     teacher = registration_features(teacher_scores, teacher_guide, contrastive_weight)
@@ -338,8 +346,13 @@ def train(
         pack = _packer(packing, packing_max_segments, packing_row_bits, grad_cache_chunk_size, mesh)
 
         def batches(start: int):
-            for batch in dataset(task, split, start_batch=start).as_numpy_iterator():
-                yield partitioning.host_to_global(mesh, pack(model_features(batch, id_masking)))
+            if task_batches is None:
+                for batch in dataset(task, split, start_batch=start).as_numpy_iterator():
+                    yield partitioning.host_to_global(mesh, pack(model_features(batch, id_masking)))
+                return
+            data_devices = mesh.shape["data"]
+            for name, batch in _task_batches(task, split, task_batches, dataset, batch_size, seed, start, data_devices):
+                yield dict(partitioning.host_to_global(mesh, pack(model_features(batch, id_masking))), task=name)
 
         max_segments = packing_max_segments if packing else None
         step_fn = jax.jit(
@@ -350,8 +363,12 @@ def train(
         activations = partitioning.activation_sharding(mesh, rules) if fsdp else contextlib.nullcontext()
 
         def step(state, batch):
+            task_name = batch.pop("task", None)  # task-homogeneous batches: whose batch this is
             with activations:  # FSDP: the activation constraints, traced on the first call
-                return step_fn(state, batch)
+                state, metrics = step_fn(state, batch)
+            if task_name is not None:
+                metrics = dict(metrics, **{f"task/{task_name}/{k}": metrics[k] for k in ("loss", "accuracy")})
+            return state, metrics
 
         evaluators = []
         if eval_split:
@@ -385,6 +402,30 @@ def train(
             step=step,
             evaluate=evaluate if evaluators else None,
         )
+
+
+def _task_batches(task, split, config, dataset, batch_size, seed, start, data_devices):
+    """data/task_batches.batches over mixture `task` (an error naming gin's train.task otherwise)."""
+    import seqio
+
+    from samtone_jax.data import task_batches
+    from samtone_jax.tasks import registration
+
+    provider = seqio.get_mixture_or_task(task)
+    if not isinstance(provider, seqio.Mixture):
+        raise BadValueError(f"train.task_batches needs a mixture as train.task; {task!r} is a single task")
+    return task_batches.batches(
+        provider,
+        split,
+        config,
+        dataset=dataset,
+        global_batch=batch_size,
+        hosts=jax.process_count(),
+        seed=seed,
+        start=start,
+        count_examples=lambda name, split: len(registration.examples(name, split)["query_id"]),
+        data_devices=data_devices,
+    )
 
 
 def registration_features(teacher_scores: bool, teacher_guide, contrastive_weight: float):

@@ -58,7 +58,9 @@ class ProgressLogger:
                     "LEARNING_RATE, raise the temperature, or check the data of those steps."
                 )
         step = fetched[-1][0]
-        mean = {k: float(np.mean([m[k] for _, m in fetched])) for k in fetched[-1][1]}
+        # Over the steps that report a metric (per-task metrics come only from that task's steps).
+        names = dict.fromkeys(k for _, m in fetched for k in m)
+        mean = {k: float(np.mean([m[k] for _, m in fetched if k in m])) for k in names}
         now = time.time()
         steps_done = step - (self.last_step if self.last_step is not None else first - 1)
         rate = steps_done * self.batch / max(now - self.last_time, 1e-9)

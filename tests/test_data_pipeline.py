@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -180,3 +181,107 @@ def test_prompts_go_before_every_text_and_leave_the_ids_alone(fixture_tasks):
     assert list(per_task["document"]) == list(plain["document"])
     for ids in ("query_id", "doc_id"):  # duplicates are the same texts, prompted or not
         np.testing.assert_array_equal(prompted[ids], plain[ids])
+
+
+def _mixture(rates=(3.0, 1.0)):
+    import seqio
+
+    seqio.MixtureRegistry.remove("test_two_tasks")
+    seqio.MixtureRegistry.add(
+        "test_two_tasks", list(zip(("wordnet_definitions", "msmarco_passage"), rates, strict=True))
+    )
+    return seqio.get_mixture_or_task("test_two_tasks")
+
+
+def _task_batches(config, steps, start=0, seed=5, hosts=1, host=0):
+    from samtone_jax.data import task_batches
+
+    dataset = functools.partial(
+        pipeline.train_dataset, query_length=8, doc_length=12, seed=seed, shard_index=host, num_shards=hosts
+    )
+    source = task_batches.batches(
+        _mixture(),
+        "train",
+        config,
+        dataset=dataset,
+        global_batch=4,
+        hosts=hosts,
+        seed=seed,
+        start=start,
+        count_examples=lambda name, split: len(registration.examples(name, split)["query_id"]),
+    )
+    return [b for _, b in zip(range(steps), source, strict=False)]
+
+
+def test_task_homogeneous_batches_come_from_one_task_at_the_rates_and_resume_exactly(fixture_tasks):
+    from samtone_jax.data.task_batches import TaskBatches, one_example_id, probabilities, task_sequence
+
+    ids = {
+        n: set(registration.examples(n, "train")["query_id"].tolist())
+        for n in ("wordnet_definitions", "msmarco_passage")
+    }
+    config = TaskBatches(batch_sizes={"msmarco_passage": 2}, no_in_batch_negatives=("msmarco_passage",))
+    drawn = _task_batches(config, 40)
+    for name, batch in drawn:
+        if name == "msmarco_passage":  # its own batch size; one shared query id: no in-batch negatives
+            assert batch["query_id"].shape == (2,) and set(batch["query_id"].tolist()) == {one_example_id(name)}
+        else:
+            assert batch["query_id"].shape == (4,) and set(batch["query_id"].tolist()) <= ids[name]
+    # The sequence follows the rates 3 : 1 within sampling error (a binomial over 20,000 steps).
+    names, p = probabilities(_mixture(), "train", config, None)
+    np.testing.assert_allclose(p, [{"wordnet_definitions": 0.75, "msmarco_passage": 0.25}[n] for n in names])
+    sequence = task_sequence(5, p, 0, 20_000)
+    share = np.mean([names[t] == "wordnet_definitions" for t in sequence])
+    assert abs(share - 0.75) < 4 * np.sqrt(0.75 * 0.25 / 20_000)
+    assert [names[t] for t in sequence[:40]] == [n for n, _ in drawn]
+    # Resumed at step 25: the same task and the same batch as the uninterrupted run, bit for bit.
+    for (n1, b1), (n2, b2) in zip(drawn[25:], _task_batches(config, 15, start=25), strict=True):
+        assert n1 == n2 and all(np.array_equal(b1[k], b2[k]) for k in b1)
+    # Two hosts draw the same task every step; each feeds its half of that task's batch.
+    two = TaskBatches(batch_sizes={"msmarco_passage": 2})  # MS MARCO's fixture has 2 pairs: 1 a host
+    hosts = [_task_batches(two, 12, hosts=2, host=h) for h in (0, 1)]
+    assert [n for n, _ in hosts[0]] == [n for n, _ in hosts[1]] == [n for n, _ in drawn[:12]]
+    assert all(b["query_id"].shape == ({"msmarco_passage": 1}.get(n, 2),) for n, b in hosts[0])
+
+
+def test_task_batches_refuse_unknown_tasks_and_bad_rates(fixture_tasks):
+    from samtone_jax.data.task_batches import TaskBatches, probabilities
+
+    with pytest.raises(ValueError, match="rates='uniform' must be one of"):
+        TaskBatches(rates="uniform")
+    with pytest.raises(ValueError, match=r"names \['nope'\], which are not tasks of mixture test_two_tasks"):
+        probabilities(_mixture(), "train", TaskBatches(batch_sizes={"nope": 8}), lambda n, s: 1)
+    names, p = probabilities(
+        _mixture(),
+        "train",
+        TaskBatches(rates="temperature", temperature=2.0),
+        lambda n, s: {"wordnet_definitions": 9, "msmarco_passage": 1}[n],
+    )
+    # counts 9 : 1 at T = 2 -> 3 : 1
+    np.testing.assert_allclose(p, [{"wordnet_definitions": 3 / 4, "msmarco_passage": 1 / 4}[n] for n in names])
+
+
+@pytest.mark.slow
+def test_training_on_task_homogeneous_batches_logs_each_tasks_loss(fixture_tasks, tmp_path):
+    import tensorflow as tf
+    from conftest import tiny_train_argv
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _mixture()
+    extra = [
+        "--gin.train.task='test_two_tasks'",
+        "--gin.train.split='train'",
+        "--gin.train.train_steps=8",
+        "--gin.train.task_batches=@TaskBatches()",
+        "--gin.TaskBatches.batch_sizes={'msmarco_passage': 2}",
+    ]
+    # 8 data-parallel devices cannot split MS MARCO's 2 pairs: said at the first batch, before any step
+    assert cli.main(tiny_train_argv(tmp_path / "run8", fixture_tasks, extra=extra)) == 2
+    extra.append("--gin.create_mesh.num_partitions=4")  # 2 data-parallel devices
+    assert cli.main(tiny_train_argv(tmp_path / "run", fixture_tasks, extra=extra)) == 0
+    events = EventAccumulator(str(tmp_path / "run" / "train"))
+    events.Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {"task/wordnet_definitions/loss", "task/msmarco_passage/accuracy"} <= tags, tags
+    for tag in ("task/wordnet_definitions/loss", "task/msmarco_passage/loss", "loss"):
+        assert all(np.isfinite(float(tf.make_ndarray(e.tensor_proto))) for e in events.Tensors(tag))
