@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import statistics
 import time
 import traceback
@@ -110,11 +111,8 @@ def train_args(
 def existing_eval(model_dir):
     """The eval JSON of a finished arm, or None."""
     folder = os.path.join(model_dir, "eval")
-    found = (
-        sorted(f for f in os.listdir(folder) if f.endswith(".json") and "_dim" not in f)
-        if os.path.isdir(folder)
-        else []
-    )
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    found = [f for f in names if f.endswith(".json") and not re.search(r"_dim\d+\.json$", f)]  # not eval --dims
     return os.path.join(folder, found[-1]) if found else None
 
 

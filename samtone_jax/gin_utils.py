@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -168,6 +169,9 @@ def model() -> _DualEncoder:
         ) from e
 
 
+_STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")  # a quoted Python string
+
+
 def read_bindings(text: str) -> dict[str, object]:
     """{'T5Config.emb_dim': 64, ...}: the `name = value` bindings of a saved gin config (as
     gin.config_str() writes it) with %MACROs resolved, read WITHOUT touching gin's global
@@ -181,7 +185,8 @@ def read_bindings(text: str) -> dict[str, object]:
             continue
         continued = line.rstrip().endswith("\\")  # gin wraps a long value: `name = \` then the value
         current += (" " if current else "") + line.strip().removesuffix("\\").strip()
-        depth += sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
+        code = _STRING.sub("", line)  # brackets inside a quoted value (a prompt) do not nest
+        depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
         if depth <= 0 and not continued:
             statements.append(current)
             current, depth = "", 0

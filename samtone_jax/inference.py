@@ -48,6 +48,7 @@ class Encoder:
         query_prompt: str = "",
         document_prompt: str = "",
         matryoshka_dims: tuple[int, ...] | None = None,
+        task_prompts: dict | None = None,
     ):
         if isinstance(vocabulary, str):
             vocabulary = vocab_lib.tokens(vocabulary)
@@ -57,6 +58,8 @@ class Encoder:
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
         # The nested dimensions the model was trained to serve truncated (train.matryoshka_dims).
         self.matryoshka_dims = tuple(matryoshka_dims) if matryoshka_dims else None
+        # {task: (query prompt, document prompt)} of a run with per-task prompts (written into an export).
+        self.task_prompts = dict(task_prompts or {})
         self._encoder = TextEncoder(
             model, params, vocabulary, mesh, batch_size, packing_max_segments=packing_max_segments
         )
@@ -203,7 +206,8 @@ def load(
     doc_length = doc_length or settings.get("train.doc_length", 128)
     from samtone_jax.tasks import prompt_of
 
-    query_prompt, document_prompt = prompt_of(task, settings)
+    # The prompts of `task`, else of the task the run trained on (its per-task ones, or the run-wide ones).
+    query_prompt, document_prompt = prompt_of(task or settings.get("train.task"), settings)
     return Encoder(
         model,
         params,
@@ -218,6 +222,7 @@ def load(
         query_prompt=query_prompt,
         document_prompt=document_prompt,
         matryoshka_dims=settings.get("train.matryoshka_dims"),
+        task_prompts=dict(settings.get("prompts.per_task") or {}),
     )
 
 
@@ -263,8 +268,6 @@ def _export_prompts(info: dict, task: str | None) -> dict:
     """Encoder's prompt arguments from samtone.json's `prompts` ({'query', 'document'} and, per task,
     '<task>/query' / '<task>/document'); an export without prompts has none."""
     prompts = info.get("prompts") or {}
-
-    def side(name: str) -> str:
-        return prompts.get(f"{task}/{name}", prompts.get(name, "")) if task else prompts.get(name, "")
-
-    return {"query_prompt": side("query"), "document_prompt": side("document")}
+    own = task and (f"{task}/query" in prompts or f"{task}/document" in prompts)  # a task's pair is whole
+    prefix = f"{task}/" if own else ""
+    return {"query_prompt": prompts.get(prefix + "query", ""), "document_prompt": prompts.get(prefix + "document", "")}

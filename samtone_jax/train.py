@@ -306,8 +306,11 @@ def train(
     elif matryoshka_weights:
         raise BadValueError("train.matryoshka_weights needs train.matryoshka_dims (the nested dimensions they weigh)")
     loss_fn = _objective(loss_fn, distill_fn, teacher_scores, num_negatives, contrastive_weight, distillation_weight)
-    if task_batches is not None and task_batches.no_in_batch_negatives and not id_masking:
-        raise BadValueError("TaskBatches.no_in_batch_negatives marks pairs by query id: it needs train.id_masking")
+    if task_batches is not None and task_batches.no_in_batch_negatives and (not id_masking or not num_negatives):
+        raise BadValueError(
+            "TaskBatches.no_in_batch_negatives trains those tasks on their hard negatives alone (pairs marked one "
+            "example by query id): it needs train.id_masking = True and train.num_negatives > 0"
+        )
     if teacher_guide is not None and not id_masking:
         raise BadValueError("train.teacher_guide masks by document ids: it needs train.id_masking = True")
     teacher = registration_features(teacher_scores, teacher_guide, contrastive_weight)
@@ -367,7 +370,8 @@ def train(
             with activations:  # FSDP: the activation constraints, traced on the first call
                 state, metrics = step_fn(state, batch)
             if task_name is not None:
-                metrics = dict(metrics, **{f"task/{task_name}/{k}": metrics[k] for k in ("loss", "accuracy")})
+                named = {f"task/{task_name}/{k}": metrics[k] for k in ("loss", "accuracy") if k in metrics}
+                metrics = dict(metrics, **named)
             return state, metrics
 
         evaluators = []

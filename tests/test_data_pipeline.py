@@ -285,3 +285,19 @@ def test_training_on_task_homogeneous_batches_logs_each_tasks_loss(fixture_tasks
     assert {"task/wordnet_definitions/loss", "task/msmarco_passage/accuracy"} <= tags, tags
     for tag in ("task/wordnet_definitions/loss", "task/msmarco_passage/loss", "loss"):
         assert all(np.isfinite(float(tf.make_ndarray(e.tensor_proto))) for e in events.Tensors(tag))
+
+
+def test_the_task_draw_is_splitmix64_of_seed_and_step():
+    """Pinned to the published splitmix64 (Steele et al. 2014), written here in plain Python, so the
+    task of a step cannot change with a NumPy version (hosts and resumed runs must agree)."""
+    from samtone_jax.data.task_batches import _uniform
+
+    def splitmix64(x):
+        mask, z = (1 << 64) - 1, (x + 0x9E3779B97F4A7C15) & ((1 << 64) - 1)
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        return z ^ (z >> 31)
+
+    seed, steps = 5, [0, 1, 2, 1_000_003]
+    want = [(splitmix64((s + seed * 0x9E3779B97F4A7C15) & ((1 << 64) - 1)) >> 11) / 2**53 for s in steps]
+    np.testing.assert_array_equal(_uniform(seed, np.array(steps)), want)

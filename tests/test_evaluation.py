@@ -278,3 +278,8 @@ def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run
     assert "dim" not in full and q.shape[1] == 32
     assert cli.main(["eval", *flags, "--dims", "8,64"]) == 2  # beyond the embedding's 32 dimensions
     assert cli.main(["eval", *flags, "--dims", "eight"]) == 2
+    assert cli.main(["eval", *flags, "--dims", ""]) == 2  # no dimension at all: said, not ignored
+    # the model card reports the full embedding's score, not a truncation's
+    from samtone_jax.export.model_card import eval_results
+
+    assert [r.get("dim") for r in eval_results(str(run))] == [None]

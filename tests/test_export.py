@@ -168,7 +168,10 @@ def test_prompts_and_matryoshka_dims_of_a_run_are_carried_into_the_export(traine
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)
     with open(run / "config.gin", "a") as f:  # as a run with these gin settings writes it
-        f.write("\nprompts.query = 'query: '\nprompts.document = 'passage: '\ntrain.matryoshka_dims = (8, 32)\n")
+        f.write(
+            "\nprompts.query = 'query: '\nprompts.document = 'passage: '\ntrain.matryoshka_dims = (8, 32)\n"
+            "prompts.per_task = {'other_task': ('define :-( ', '')}\n"  # a bracket inside a prompt, too
+        )
     ours, unprompted = samtone_jax.load(str(run)), samtone_jax.load(str(trained_run))
     texts = sentences(20)
     np.testing.assert_allclose(
@@ -181,12 +184,16 @@ def test_prompts_and_matryoshka_dims_of_a_run_are_carried_into_the_export(traine
     dst = tmp_path / "st"
     assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--dst={dst}"]) == 0
     config = json.loads((dst / "config_sentence_transformers.json").read_text())
-    assert config["prompts"] == {"query": "query: ", "document": "passage: "}
+    want = {"query": "query: ", "document": "passage: ", "other_task/query": "define :-( ", "other_task/document": ""}
+    assert config["prompts"] == want
     theirs = SentenceTransformer(str(dst), device="cpu", local_files_only=True)
     assert _cosines(theirs.encode_query(texts), ours.encode_queries(texts)).min() >= 0.99999
     assert _cosines(theirs.encode_document(texts), ours.encode_documents(texts)).min() >= 0.99999
     exported = samtone_jax.load(str(dst))  # our own loader reads the export's prompts too
     assert (exported.query_prompt, exported.document_prompt) == ("query: ", "passage: ")
+    other = samtone_jax.load(str(dst), task="other_task")  # the per-task prompts travel with the export
+    assert (other.query_prompt, other.document_prompt) == ("define :-( ", "")
+    assert samtone_jax.load(str(run), task="other_task").query_prompt == "define :-( "
     assert _cosines(exported.encode_queries(texts), ours.encode_queries(texts)).min() >= 0.99999
     assert json.loads((dst / "samtone.json").read_text())["matryoshka_dims"] == [8, 32]
     assert "truncate_dim=8" in (dst / "README.md").read_text()

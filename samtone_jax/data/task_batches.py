@@ -14,8 +14,9 @@ every host draws the same task for a step and a run resumed at step k sees exact
 would have seen: each task's own stream (pipeline.train_dataset, with its shards and shuffle) is
 resumed at the number of times that task was drawn before step k. `batch_sizes` gives a task its
 own global batch (default train.batch_size); tasks in `no_in_batch_negatives` (documents that
-overlap across pairs) are trained on their positives and hard negatives only: every pair of such a
-batch is marked one example (one shared query id), which removes every in-batch term.
+overlap across pairs) are trained without in-batch negatives: every pair of such a batch is marked
+one example (one shared query id), which removes the other pairs' queries and positives from every
+term; the hard negatives (train.num_negatives > 0, required) stay, shared by the batch as always.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class TaskBatches:
             raise BadValueError(f"TaskBatches.rates={self.rates!r} must be one of {RATES}")
         if not self.temperature > 0:
             raise BadValueError(f"TaskBatches.temperature must be > 0; got {self.temperature}")
+        if self.temperature != 1.0 and self.rates != "temperature":
+            raise BadValueError(
+                f"TaskBatches.temperature={self.temperature} is used by rates='temperature' only; rates is "
+                f"{self.rates!r}"
+            )
 
 
 def probabilities(mixture, split: str, config: TaskBatches, count_examples) -> tuple[list[str], np.ndarray]:

@@ -189,12 +189,14 @@ def evaluate(
     name = f"{task}_{split}_step{encoder.step}"
     out = paths.as_path(model_dir) / "eval"
     embeddings_dir = str(out / "embeddings" / name)
+    if dims is not None:  # checked before the corpus is encoded
+        width = encoder.encode_queries([""]).shape[1]
+        if not dims or list(dims) != sorted(set(dims)) or dims[0] < 1 or dims[-1] > width:
+            raise BadValueError(
+                f"evaluate.dims (--dims) must be increasing dimensions in [1, {width}] (the model's embedding "
+                f"dimension); got {tuple(dims)}"
+            )
     query_ids, q, doc_ids, d = dense_embeddings(encoder, collection.queries, collection.corpus, embeddings_dir)
-    if dims and (list(dims) != sorted(set(dims)) or dims[0] < 1 or dims[-1] > q.shape[1]):
-        raise BadValueError(
-            f"evaluate.dims (--dims) must be increasing dimensions in [1, {q.shape[1]}] (the model's embedding "
-            f"dimension); got {tuple(dims)}"
-        )
     search_args = dict(k=k, mesh=encoder.mesh, exclude_self=task.startswith("beir_"), backend=backend)
     measures = metrics.measures_for_depth(k)
     for dim in dims or ():

@@ -71,8 +71,13 @@ def _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer) -> tu
 
 
 def _prompts(encoder) -> dict[str, str]:
-    """The prompts the model was trained with, by side (empty: none)."""
-    return {k: v for k, v in (("query", encoder.query_prompt), ("document", encoder.document_prompt)) if v}
+    """The prompts the model was trained with, by name (empty: none): 'query' / 'document', the ones
+    `encode_query` / `encode_document` use; with per-task prompts also '<task>/query' and
+    '<task>/document' (sentence-transformers: encode(texts, prompt_name='<task>/query'))."""
+    named = {k: v for k, v in (("query", encoder.query_prompt), ("document", encoder.document_prompt)) if v}
+    for task, (query, document) in sorted(encoder.task_prompts.items()):  # both, even '': a task's pair is whole
+        named |= {f"{task}/query": query, f"{task}/document": document}
+    return named
 
 
 def _relative(*parts: str) -> str:
@@ -146,7 +151,7 @@ def export(
         raise MissingFileError(f"the vocabulary of {checkpoint} could not be read")
     probes = tokenizer_lib.probe_texts()
     tokenizer = tokenizer_lib.t5_tokenizer(encoder.vocabulary, max(encoder.query_length, encoder.doc_length))
-    prompted = [prompt + text for prompt in _prompts(encoder).values() for text in probes[:20]]
+    prompted = [prompt + text for prompt in set(_prompts(encoder).values()) - {""} for text in probes[:20]]
     for length in {encoder.query_length, encoder.doc_length}:  # and on prompted text, as the export will see it
         tokenizer_lib.check_parity(tokenizer, encoder.vocabulary, probes + prompted, length)
     towers, kernels = layout(encoder.architecture).split(encoder.params)

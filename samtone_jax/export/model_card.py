@@ -34,6 +34,8 @@ def eval_results(run_dir: str) -> list[dict]:
             key = (record["task"], record["split"])
         except (ValueError, KeyError, TypeError):
             continue
+        if record.get("dim") is not None:  # `samtone eval --dims`: a truncation, not the model's score
+            continue
         if key not in latest or record.get("step", 0) >= latest[key].get("step", 0):
             latest[key] = record
     return [latest[k] for k in sorted(latest)]

@@ -65,5 +65,5 @@ def build(
             document_modules=[transformer(tower_dirs["document"], doc_length), pooling, document_dense],
         )
         modules = [router, Normalize()]
-    prompts = {name: text for name, text in (prompts or {}).items() if text}
+    prompts = dict(prompts or {})
     return SentenceTransformer(modules=modules, device="cpu", similarity_fn_name="cosine", prompts=prompts or None)

@@ -220,7 +220,13 @@ def train_adore(
         )
     if eval_every and not retrieval_eval_task:
         raise BadValueError("train_adore.eval_every is set but train_adore.retrieval_eval_task is not: name a task")
-    source = inference.load(init_checkpoint, mesh=partitioning.create_mesh(devices=jax.local_devices()))
+    source = inference.load(init_checkpoint, mesh=partitioning.create_mesh(devices=jax.local_devices()), task=task)
+    if source.query_prompt or source.document_prompt:
+        raise BadValueError(
+            f"train_adore.init_checkpoint={init_checkpoint!r} was trained with prompts "
+            f"({source.query_prompt!r}, {source.document_prompt!r}); ADORE does not carry prompts into its "
+            "queries and its run yet: start it from a run without prompts"
+        )
     model = DualEncoder(
         config=source.model.config, architecture="ade", projection_dim=int(source.encode_queries(["x"]).shape[1])
     )
