@@ -308,9 +308,9 @@ def load_task(args):
 
     if args.data_dir:
         os.environ["SAMTONE_DATA_DIR"] = args.data_dir
-    if args.task not in tasks.LOADERS:
+    if args.task not in tasks.loaders():
         raise BadValueError(f"unknown task {args.task!r}; registered tasks: {', '.join(tasks.task_names())}")
-    splits = tasks.LOADERS[args.task][1]
+    splits = tasks.loaders()[args.task][1]
     split = args.split or splits[0]
     return split, tasks.load(args.task, split, args.skip_bad_records or None)  # None: gin decides
 

@@ -301,3 +301,72 @@ def test_the_task_draw_is_splitmix64_of_seed_and_step():
     seed, steps = 5, [0, 1, 2, 1_000_003]
     want = [(splitmix64((s + seed * 0x9E3779B97F4A7C15) & ((1 << 64) - 1)) >> 11) / 2**53 for s in steps]
     np.testing.assert_array_equal(_uniform(seed, np.array(steps)), want)
+
+
+TFDS_PAIRS = [
+    ("where did the cat sit", "the cat sat on the mat"),
+    ("what fell on the market", "the stock market fell"),
+    ("who chased the mouse", "a cat chased a mouse"),
+    ("what do rivers do", "rivers flow to the sea"),
+    ("which animals are pets", "cats and dogs are pets"),
+    ("what did the dog do", "a dog barked at the cat"),
+    ("where is the moon", "the moon is in the sky"),
+    ("what is green", "the grass is green"),
+]
+
+
+@pytest.fixture
+def tfds_task(tmp_path, fixture_tasks):
+    """A TFDS dataset prepared here (a builder over TFDS_PAIRS, a nested document feature), named as
+    task 'toy_tfds' through gin."""
+    import tensorflow_datasets as tfds
+
+    from samtone_jax import configurables
+
+    class ToyRetrievalPairs(tfds.core.GeneratorBasedBuilder):
+        VERSION = tfds.core.Version("1.0.0")
+
+        def _info(self):
+            features = {"question": tfds.features.Text(), "context": {"sentence": tfds.features.Text()}}
+            return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(features))
+
+        def _split_generators(self, dl_manager):
+            return {"train": self._generate_examples(TFDS_PAIRS[:6]), "test": self._generate_examples(TFDS_PAIRS[6:])}
+
+        def _generate_examples(self, pairs):
+            for i, (q, d) in enumerate(pairs):
+                yield i, {"question": q, "context": {"sentence": d}}
+
+    data_dir = tmp_path / "tfds"
+    ToyRetrievalPairs(data_dir=str(data_dir)).download_and_prepare()
+    spec = {"tfds_name": "toy_retrieval_pairs:1.0.0", "query": "question", "document": "context/sentence"}
+    spec |= {"splits": ("train", "test"), "data_dir": str(data_dir)}
+    configurables.parse([], [f"tfds_tasks.tasks = {{'toy_tfds': {spec!r}}}"])
+    registration.register(str(fixture_tasks))
+    yield spec
+    configurables.parse([], [])
+    registration.register(str(fixture_tasks))
+
+
+def test_a_tfds_dataset_is_a_task_like_any_other(tfds_task):
+    import seqio
+
+    from samtone_jax import configurables
+
+    collection = tasks.load("toy_tfds", "train")
+    pairs = sorted((collection.queries[q], collection.corpus[d]) for q, d in collection.pairs())
+    assert pairs == sorted(TFDS_PAIRS[:6]) and len(tasks.load("toy_tfds", "test").queries) == 2
+    batch = next(
+        pipeline.train_dataset("toy_tfds", "train", batch_size=3, query_length=8, doc_length=12).as_numpy_iterator()
+    )
+    assert batch["query_tokens"].shape == (3, 8) and len(set(batch["doc_id"].tolist())) == 3
+    seqio.MixtureRegistry.remove("toy_mixture")
+    seqio.MixtureRegistry.add("toy_mixture", [("toy_tfds", 1.0), ("wordnet_definitions", 1.0)])
+    mixed = next(
+        pipeline.train_dataset("toy_mixture", "train", batch_size=4, query_length=8, doc_length=12).as_numpy_iterator()
+    )
+    assert mixed["query_tokens"].shape == (4, 8)
+    bad = dict(tfds_task, document="context/text")
+    configurables.parse([], [f"tfds_tasks.tasks = {{'toy_tfds_bad': {bad!r}}}"])
+    with pytest.raises(ValueError, match=r"has no feature 'context/text'.*fix tfds_tasks.tasks"):
+        tasks.load("toy_tfds_bad", "train")

@@ -8,6 +8,8 @@
   msmarco_passage      official MS MARCO passage files (train / dev), hard negatives if present
   beir_<name>          BEIR datasets (test, and dev / train where BEIR has them), eval only
   wordnet_definitions  WordNet 3.0 example sentence -> definition (train / test), the demo data
+  <any name>           a TensorFlow Datasets dataset, declared in gin `tfds_tasks.tasks` (its query and
+                       document features), read through seqio.TfdsDataSource
 
 Each task yields, per relevant (query, document) pair: `query`, `document` (tokenised),
 `query_id`, `doc_id` (int64 hashes of the normalised texts: duplicates share ids) and, with
@@ -164,13 +166,76 @@ for _name in BEIR_DATASETS:
     LOADERS[f"beir_{_name.replace('-', '_')}"] = (functools.partial(_beir, _name), ("test", "dev", "train"), False)
 
 
+@gin.configurable
+def tfds_tasks(tasks: dict | None = None) -> dict:
+    """Tasks over TensorFlow Datasets, as gin `tfds_tasks.tasks = {NAME: SPEC}`; SPEC:
+
+      tfds_name   'dataset/config:version' (as tfds.load names it)
+      query, document   the features holding the two texts ('a/b' reaches into a nested feature)
+      splits      the TFDS splits the task has (default ('train',))
+      data_dir    the TFDS data directory (default: TFDS's own, $TFDS_DATA_DIR)
+
+    Read through seqio.TfdsDataSource (TFDS's versioning and data_dir, local or gs://); each example
+    is one relevant (query, document) pair, ids by text (duplicates share them), so the task trains,
+    mines, scores, evaluates and mixes like any other."""
+    out = dict(tasks or {})
+    for name, spec in out.items():
+        missing = {"tfds_name", "query", "document"} - set(spec)
+        if missing or name in LOADERS:
+            raise BadValueError(
+                f"tfds_tasks.tasks[{name!r}]: "
+                + (f"missing {sorted(missing)}" if missing else "a built-in task's name")
+            )
+    return out
+
+
+def _tfds(spec: dict, split: str, skip_bad_records: bool = False) -> RetrievalCollection:
+    import seqio
+
+    from samtone_jax.data.collection import text_id
+    from samtone_jax.data.records import ReadStats
+
+    source = seqio.TfdsDataSource(spec["tfds_name"], tfds_data_dir=spec.get("data_dir"))
+
+    def text(example, feature: str) -> str:
+        value = example
+        for key in feature.split("/"):
+            if key not in value:
+                raise BadValueError(
+                    f"TFDS dataset {spec['tfds_name']} has no feature {feature!r} (features: {sorted(example)}): "
+                    "fix tfds_tasks.tasks' query / document"
+                )
+            value = value[key]
+        return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+    stats, queries, corpus, qrels = ReadStats(), {}, {}, {}
+    for example in source.get_dataset(split, shuffle=False).as_numpy_iterator():
+        query, document = text(example, spec["query"]), text(example, spec["document"])
+        if not query.strip() or not document.strip():
+            stats["pairs_with_an_empty_text"] += 1
+            continue
+        qid, did = f"q{text_id(query)}", f"d{text_id(document)}"
+        queries[qid], corpus[did] = query, document
+        qrels.setdefault(qid, {})[did] = 1
+    return RetrievalCollection(spec["tfds_name"], queries, corpus, qrels, stats=stats)
+
+
+def loaders() -> dict[str, tuple]:
+    """Every task: the built-in ones (LOADERS) and gin's tfds_tasks."""
+    extra = {
+        name: (functools.partial(_tfds, spec), tuple(spec.get("splits", ("train",))), True)
+        for name, spec in tfds_tasks().items()
+    }
+    return {**LOADERS, **extra}
+
+
 def task_names() -> list[str]:
-    return sorted(LOADERS)
+    return sorted(loaders())
 
 
 @functools.lru_cache(maxsize=8)
 def _load_cached(name: str, split: str, skip_bad_records: bool, root_key: str, negatives: str | None):
-    loader, _, _ = LOADERS[name]
+    loader, _, _ = loaders()[name]
     collection = loader(split, skip_bad_records)
     if negatives:
         from samtone_jax.data import teacher_scores
@@ -192,9 +257,10 @@ def load(name: str, split: str, skip_bad: bool | None = None) -> RetrievalCollec
     """The RetrievalCollection behind task `name` (cached per process and data root); `skip_bad`
     None: gin's `skip_bad_records.enabled`."""
     skip_bad = skip_bad_records() if skip_bad is None else skip_bad
-    if name not in LOADERS:
+    every = loaders()
+    if name not in every:
         raise BadValueError(f"unknown task {name!r}; registered tasks: {', '.join(task_names())}")
-    _, splits, _ = LOADERS[name]
+    _, splits, _ = every[name]
     if split not in splits:
         raise BadValueError(f"task {name!r} has splits {splits}; got {split!r}")
     return _load_cached(name, split, skip_bad, root_of(name), hard_negatives_file())
@@ -202,4 +268,7 @@ def load(name: str, split: str, skip_bad: bool | None = None) -> RetrievalCollec
 
 def root_of(name: str) -> str:
     """The folder task `name` reads from now (part of every cache key)."""
+    spec = tfds_tasks().get(name)
+    if spec is not None:
+        return f"tfds:{spec['tfds_name']}@{spec.get('data_dir') or os.environ.get('TFDS_DATA_DIR', '')}"
     return wordnet_dir() if name == "wordnet_definitions" else data_dir()

@@ -193,7 +193,7 @@ def register(
         "query": seqio.Feature(vocabulary, add_eos=False),
         "document": seqio.Feature(vocabulary, add_eos=False),
     }
-    for name, (_, splits, _) in tasks.LOADERS.items():
+    for name, (_, splits, _) in tasks.loaders().items():
         seqio.TaskRegistry.remove(name)
         seqio.TaskRegistry.add(
             name,
