@@ -255,7 +255,8 @@ def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run
 
     monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     run = tmp_path / "run"
-    shutil.copytree(trained_run, run)  # the shared fixture's eval folder stays as other tests expect it
+    # a copy without the fixture's eval folder: other tests' embeddings there name the fixture's path
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("eval"))
     flags = [
         f"--gin.evaluate.model_dir='{run}'",
         "--gin.evaluate.task='wordnet_definitions'",

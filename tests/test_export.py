@@ -166,7 +166,7 @@ def test_prompts_and_matryoshka_dims_of_a_run_are_carried_into_the_export(traine
     from sentence_transformers import SentenceTransformer
 
     run = tmp_path / "run"
-    shutil.copytree(trained_run, run)
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("eval"))
     with open(run / "config.gin", "a") as f:  # as a run with these gin settings writes it
         f.write(
             "\nprompts.query = 'query: '\nprompts.document = 'passage: '\ntrain.matryoshka_dims = (8, 32)\n"

@@ -34,12 +34,26 @@ class CheckpointRestoreError(UserError, RuntimeError):
     """The latest checkpoint cannot be read."""
 
 
+# The OS's reasons a write fails for, as they appear anywhere in a (chained) storage error.
+_OS_REASONS = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
+
+
 def _first_line(e: Exception) -> str:
-    """The first line of `e`'s message, at most ~300 characters: its start (what failed) and its end
-    (the OS's reason, e.g. "No space left on device", comes last in tensorstore's messages)."""
+    """The first line of `e`'s message, at most ~300 characters (its start, what failed, and its
+    end), led by the OS's reason when the error chain names one anywhere (tensorstore puts it at
+    the end, or, for a full disk, may only say RESOURCE_EXHAUSTED before a long spec)."""
     text = str(e).strip()
     line = text.splitlines()[0] if text else ""
-    return line if len(line) <= 300 else f"{line[:140]} … {line[-150:]}"
+    short = line if len(line) <= 300 else f"{line[:140]} … {line[-150:]}"
+    chain, cause = [], e
+    while cause is not None and len(chain) < 8:
+        chain.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    everything = "\n".join(chain)
+    reason = next((r for r in _OS_REASONS if r in everything), None)
+    if reason is None and "RESOURCE_EXHAUSTED" in everything:
+        reason = "RESOURCE_EXHAUSTED: the storage is full (no space or quota left)"
+    return short if reason is None or reason in short else f"{reason}; {short}"
 
 
 @contextlib.contextmanager
