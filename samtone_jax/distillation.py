@@ -129,3 +129,21 @@ def with_distillation(loss_fn, distill_fn, contrastive_weight: float = 1.0, dist
         return total, metrics
 
     return loss
+
+
+def objective(loss_fn, distill_fn, teacher_scores: bool, num_negatives: int, contrastive_weight, distillation_weight):
+    """The training step's loss from gin's train.*: `loss_fn` alone, or with the distillation term
+    (train.distillation_weight > 0); settings that would be ignored are refused."""
+    if not distillation_weight:
+        if teacher_scores or contrastive_weight != 1.0:
+            raise BadValueError(
+                "train.teacher_scores / train.contrastive_weight only matter with train.distillation_weight > 0 "
+                "(include one of losses/distill_*.gin)"
+            )
+        return loss_fn
+    if not teacher_scores or not num_negatives or distill_fn is None:
+        raise BadValueError(
+            "train.distillation_weight > 0 needs train.teacher_scores = True, train.num_negatives > 0 (the scored "
+            "candidates) and hard_negatives_file.path set to a `samtone score` file"
+        )
+    return with_distillation(loss_fn, distill_fn, contrastive_weight, distillation_weight)

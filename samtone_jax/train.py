@@ -22,10 +22,10 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import grad_cache, loop, partitioning, paths
+from samtone_jax import distillation, grad_cache, loop, partitioning, paths
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.checkpoints import load_params
-from samtone_jax.data.task_batches import TaskBatches
+from samtone_jax.data.task_batches import TaskBatches, mixture_batches
 from samtone_jax.encoding import encode_batch
 from samtone_jax.errors import BadValueError, MissingFileError
 from samtone_jax.hard_negatives.guide import FalseNegativeFilter
@@ -305,7 +305,9 @@ def train(
         loss_fn = matryoshka.nested(loss_fn, matryoshka_dims, matryoshka_weights)
     elif matryoshka_weights:
         raise BadValueError("train.matryoshka_weights needs train.matryoshka_dims (the nested dimensions they weigh)")
-    loss_fn = _objective(loss_fn, distill_fn, teacher_scores, num_negatives, contrastive_weight, distillation_weight)
+    loss_fn = distillation.objective(
+        loss_fn, distill_fn, teacher_scores, num_negatives, contrastive_weight, distillation_weight
+    )
     if task_batches is not None and task_batches.no_in_batch_negatives and (not id_masking or not num_negatives):
         raise BadValueError(
             "TaskBatches.no_in_batch_negatives trains those tasks on their hard negatives alone (pairs marked one "
@@ -354,7 +356,8 @@ def train(
                     yield partitioning.host_to_global(mesh, pack(model_features(batch, id_masking)))
                 return
             data_devices = mesh.shape["data"]
-            for name, batch in _task_batches(task, split, task_batches, dataset, batch_size, seed, start, data_devices):
+            source = mixture_batches(task, split, task_batches, dataset, batch_size, seed, start, data_devices)
+            for name, batch in source:
                 yield dict(partitioning.host_to_global(mesh, pack(model_features(batch, id_masking))), task=name)
 
         max_segments = packing_max_segments if packing else None
@@ -408,30 +411,6 @@ def train(
         )
 
 
-def _task_batches(task, split, config, dataset, batch_size, seed, start, data_devices):
-    """data/task_batches.batches over mixture `task` (an error naming gin's train.task otherwise)."""
-    import seqio
-
-    from samtone_jax.data import task_batches
-    from samtone_jax.tasks import registration
-
-    provider = seqio.get_mixture_or_task(task)
-    if not isinstance(provider, seqio.Mixture):
-        raise BadValueError(f"train.task_batches needs a mixture as train.task; {task!r} is a single task")
-    return task_batches.batches(
-        provider,
-        split,
-        config,
-        dataset=dataset,
-        global_batch=batch_size,
-        hosts=jax.process_count(),
-        seed=seed,
-        start=start,
-        count_examples=lambda name, split: len(registration.examples(name, split)["query_id"]),
-        data_devices=data_devices,
-    )
-
-
 def registration_features(teacher_scores: bool, teacher_guide, contrastive_weight: float):
     """tasks/registration.TeacherFeatures of train.teacher_scores / train.teacher_guide."""
     from samtone_jax.tasks.registration import TeacherFeatures
@@ -447,25 +426,6 @@ def registration_features(teacher_scores: bool, teacher_guide, contrastive_weigh
             "turns off: drop the guide or give the contrastive loss a weight"
         )
     return TeacherFeatures(teacher_scores, teacher_guide)
-
-
-def _objective(loss_fn, distill_fn, teacher_scores: bool, num_negatives: int, contrastive_weight, distillation_weight):
-    """The step's loss: `loss_fn` alone, or with the distillation term (train.distillation_weight > 0)."""
-    if not distillation_weight:
-        if teacher_scores or contrastive_weight != 1.0:
-            raise BadValueError(
-                "train.teacher_scores / train.contrastive_weight only matter with train.distillation_weight > 0 "
-                "(include one of losses/distill_*.gin)"
-            )
-        return loss_fn
-    if not teacher_scores or not num_negatives or distill_fn is None:
-        raise BadValueError(
-            "train.distillation_weight > 0 needs train.teacher_scores = True, train.num_negatives > 0 (the scored "
-            "candidates) and hard_negatives_file.path set to a `samtone score` file"
-        )
-    from samtone_jax import distillation
-
-    return distillation.with_distillation(loss_fn, distill_fn, contrastive_weight, distillation_weight)
 
 
 def _packer(packing: bool, max_segments: int, row_bits: int, chunk: int | None, mesh):

@@ -135,3 +135,30 @@ def batches(
                 batch = dict(batch, query_id=np.full_like(batch["query_id"], one_example_id(name)))
             yield name, batch
         step += 1024
+
+
+def mixture_batches(
+    task: str, split: str, config: TaskBatches, dataset, batch_size: int, seed: int, start: int, data_devices: int
+):
+    """`batches` over the registered mixture `task` (train.task; an error for a single task), this
+    process of jax.process_count() hosts, example counts from the task registry."""
+    import jax
+    import seqio
+
+    from samtone_jax.tasks import registration
+
+    provider = seqio.get_mixture_or_task(task)
+    if not isinstance(provider, seqio.Mixture):
+        raise BadValueError(f"train.task_batches needs a mixture as train.task; {task!r} is a single task")
+    return batches(
+        provider,
+        split,
+        config,
+        dataset=dataset,
+        global_batch=batch_size,
+        hosts=jax.process_count(),
+        seed=seed,
+        start=start,
+        count_examples=lambda name, split: len(registration.examples(name, split)["query_id"]),
+        data_devices=data_devices,
+    )
