@@ -205,7 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow_partial", action="store_true", help="compare on the queries all runs share")
     p.set_defaults(run=commands.cmd_compare)
 
-    p = sub.add_parser("build-vocab", help="train a SentencePiece vocabulary on a task's text")
+    p = sub.add_parser(
+        "build-vocab", help="train a SentencePiece vocabulary on the text of a task, tasks (a,b) or a mixture"
+    )
     _task_flags(p)
     p.add_argument("--vocab_size", type=int, required=True)
     p.add_argument("--out", required=True, help="output .model file (written atomically)")

@@ -3,6 +3,7 @@ the parsed arguments and the `--gin.NAME=VALUE` bindings and returns the exit st
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
@@ -320,14 +321,34 @@ def cmd_build_vocab(args, bindings) -> int:
     from samtone_jax.data import vocab
 
     paths.check_bucket(args.out, "--out")
-    split, collection = load_task(args)
-    texts = collection.texts()  # id order: the same files give the same model
+    names = vocab_tasks(args.task)
+    texts, sources = [], []
+    for name in names:  # each task's texts in id order, tasks in the order given: the same files give the same model
+        split, collection = load_task(argparse.Namespace(**{**vars(args), "task": name}))
+        texts += collection.texts()
+        sources.append(f"{name}/{split}")
     data = vocab.train_sentencepiece(texts, args.vocab_size, args.out)
     print(
-        f"trained a {args.vocab_size}-piece SentencePiece model on {len(texts):,} texts of {args.task}/{split} "
+        f"trained a {args.vocab_size}-piece SentencePiece model on {len(texts):,} texts of {' + '.join(sources)} "
         f"-> {args.out} ({len(data):,} bytes)"
     )
     return 0
+
+
+def vocab_tasks(task: str) -> list[str]:
+    """The tasks whose texts a vocabulary is trained on: `--task` names one task, a comma-separated
+    list of tasks, or a registered mixture (its member tasks)."""
+    names = [n.strip() for n in task.split(",") if n.strip()]
+    if len(names) == 1 and "," not in task:
+        from samtone_jax import tasks
+
+        if names[0] not in tasks.loaders():
+            from samtone_jax.tasks import registration
+
+            names = list(registration.MIXTURES.get(names[0], names))
+    if not names:
+        raise BadValueError(f"--task {task!r} names no task")
+    return names
 
 
 def cmd_data_stats(args, bindings) -> int:

@@ -160,6 +160,25 @@ def test_build_vocab_is_deterministic_and_data_stats_reports_duplicates(fixture_
     assert cli.main(["data-stats", "--task=nope"]) == 2
 
 
+def test_build_vocab_over_several_tasks_or_a_mixture(fixture_tasks, tmp_path, capsys):
+    from samtone_jax import commands
+
+    both, alone = tmp_path / "both.model", tmp_path / "alone.model"
+    argv = ["build-vocab", "--task=wordnet_definitions, msmarco_passage", "--vocab_size=60", f"--out={both}"]
+    assert cli.main(argv) == 0
+    assert "wordnet_definitions/train + msmarco_passage/train" in capsys.readouterr().out
+    texts = tasks.load("wordnet_definitions", "train").texts() + tasks.load("msmarco_passage", "train").texts()
+    vocab_lib.train_sentencepiece(texts, 60, str(alone))  # the same texts in the same order, by hand
+    assert both.read_bytes() == alone.read_bytes()
+    assert cli.main(["build-vocab", "--task=wordnet_definitions", "--vocab_size=60", f"--out={alone}"]) == 0
+    assert both.read_bytes() != alone.read_bytes()
+    assert commands.vocab_tasks("offline_mixture") == ["wordnet_definitions", "multireqa_squad_dev"]
+    assert commands.vocab_tasks("nope") == ["nope"]  # then refused by load_task with the registered names
+    with pytest.raises(ValueError, match="names no task"):
+        commands.vocab_tasks(" , ")
+    assert cli.main(["build-vocab", "--task=wordnet_definitions,nope", "--vocab_size=60", f"--out={alone}"]) == 2
+
+
 def test_prompts_go_before_every_text_and_leave_the_ids_alone(fixture_tasks):
     from samtone_jax import configurables, tasks
 
