@@ -25,13 +25,14 @@ wordnet:
 
 # Two pytest-xdist workers (the 2-core machines this is measured on; TEST_WORKERS=1 runs in one
 # process): the tests compile tiny programs single-threaded, so a second worker halves the wall time.
+# The 25 slowest tests are listed at the end (where the suite's time goes, also in CI's log).
 TEST_WORKERS ?= 2
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 tests
 
 # The inner loop: every test not marked slow (pyproject.toml lists the marker).
 test-fast: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=10 -m "not slow" tests
 
 demo: venv wordnet
 	$(PY) -m samtone_jax.cli demo
