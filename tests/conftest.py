@@ -204,7 +204,11 @@ def trained_run(wordnet_data, tmp_path_factory):
     return _trained("sde", wordnet_data, tmp_path_factory)
 
 
-@pytest.fixture(scope="session", params=["sde", "ade_spl", "ade"])
+# The two-tower architectures are slow (two more trainings); `make test-fast` exports the SDE only.
+@pytest.fixture(
+    scope="session",
+    params=["sde", pytest.param("ade_spl", marks=pytest.mark.slow), pytest.param("ade", marks=pytest.mark.slow)],
+)
 def trained_any(request, wordnet_data, tmp_path_factory):
     """(architecture, MODEL_DIR) for each architecture, trained 2 steps (projection 24 for two towers)."""
     return request.param, _trained(request.param, wordnet_data, tmp_path_factory)

@@ -99,7 +99,7 @@ def test_sharded_equals_single_device():
             np.testing.assert_allclose(float(m8[name]), float(m1[name]), rtol=1e-5, err_msg=name)
 
 
-@pytest.mark.parametrize("mode", ["margin_mse", "kl"])
+@pytest.mark.parametrize("mode", [pytest.param("margin_mse", marks=pytest.mark.slow), "kl"])
 def test_bfloat16_at_temperature_001_has_finite_gradients(mode):
     q, d, n, t = _batch(seed=3, B=16, D=32, K=4)
     args = [jnp.asarray(x, jnp.bfloat16) for x in (q, d, n)]

@@ -223,7 +223,14 @@ def test_learnable_temperature_is_a_log_parameter_with_gradients(tiny_config):
         init_params(DualEncoder(tiny_config, learnable_temperature=0.0), jax.random.PRNGKey(0))
 
 
-@pytest.mark.parametrize("scan,remat", [pytest.param(True, False, marks=pytest.mark.slow), (True, True), (False, True)])
+@pytest.mark.parametrize(
+    "scan,remat",
+    [
+        pytest.param(True, False, marks=pytest.mark.slow),
+        pytest.param(True, True, marks=pytest.mark.slow),
+        (False, True),
+    ],
+)
 def test_scanned_and_rematerialised_layers_equal_the_plain_ones(tiny_config, scan, remat):
     """T5Config.scan_layers and / or remat: the same parameter tree, hidden states and gradients."""
     config = dataclasses.replace(tiny_config, num_layers=3)

@@ -83,7 +83,7 @@ def test_sharded_equals_single_device():
             q, d, did
         )
 
-    (v1, m1), g1 = jax.value_and_grad(lambda q, d: loss(q, d, doc_ids=did), (0, 1), has_aux=True)(q, d)
+    (v1, m1), g1 = jax.jit(jax.value_and_grad(lambda q, d: loss(q, d, doc_ids=did), (0, 1), has_aux=True))(q, d)
     (v8, m8), g8 = jax.jit(jax.value_and_grad(sharded, (0, 1), has_aux=True))(q, d)
     np.testing.assert_allclose(float(v8), float(v1), rtol=1e-5)
     np.testing.assert_allclose(float(m8["matryoshka/loss_4"]), float(m1["matryoshka/loss_4"]), rtol=1e-5)

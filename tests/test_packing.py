@@ -38,7 +38,9 @@ def _pack(rows):
     return tokens, segments
 
 
-@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize(
+    "architecture", [a if a == "sde" else pytest.param(a, marks=pytest.mark.slow) for a in ARCHITECTURES]
+)
 @pytest.mark.parametrize("layers", ["unrolled", "scanned+remat"])
 def test_packed_embeddings_equal_each_text_alone(architecture, layers):
     config = TINY if layers == "unrolled" else dataclasses.replace(TINY, scan_layers=True, remat=True)
