@@ -79,7 +79,7 @@ def _ours(q, index, positives, mesh, k=5, cut=3, chunk=16):
             check_vma=False,
         )(q, jax.device_put(padded, NamedSharding(mesh, P("data"))), positives)
 
-    (value, metrics), grad = jax.value_and_grad(loss, has_aux=True)(jnp.asarray(q, jnp.float32))
+    (value, metrics), grad = jax.jit(jax.value_and_grad(loss, has_aux=True))(jnp.asarray(q, jnp.float32))
     return float(value), np.asarray(grad), jax.device_get(metrics)
 
 

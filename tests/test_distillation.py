@@ -88,8 +88,8 @@ def test_sharded_equals_single_device():
                 q, d, n, t
             )
 
-        (v1, m1), g1 = jax.value_and_grad(
-            lambda q, d, kw=kw: distillation_loss(q, d, n, t, **kw), (0, 1), has_aux=True
+        (v1, m1), g1 = jax.jit(
+            jax.value_and_grad(lambda q, d, kw=kw: distillation_loss(q, d, n, t, **kw), (0, 1), has_aux=True)
         )(q, d)
         (v8, m8), g8 = jax.jit(jax.value_and_grad(sharded, (0, 1), has_aux=True))(q, d)
         np.testing.assert_allclose(float(v8), float(v1), rtol=1e-5)

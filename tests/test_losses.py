@@ -372,8 +372,10 @@ def test_low_temperature_bfloat16_is_finite_where_naive_exp_overflows(tau):
     rng = np.random.RandomState(8)
     q = jnp.asarray(_unit(rng, 16, 32), jnp.bfloat16)
     d = jnp.asarray(_unit(rng, 16, 32), jnp.bfloat16)
-    (loss, _), grads = jax.value_and_grad(
-        lambda q, d: contrastive_loss(q, d, temperature=tau, same_tower="both"), argnums=(0, 1), has_aux=True
+    (loss, _), grads = jax.jit(
+        jax.value_and_grad(
+            lambda q, d: contrastive_loss(q, d, temperature=tau, same_tower="both"), argnums=(0, 1), has_aux=True
+        )
     )(q, d)
     assert np.isfinite(float(loss))
     assert all(np.all(np.isfinite(np.asarray(g, np.float32))) for g in grads)
