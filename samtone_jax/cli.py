@@ -87,8 +87,10 @@ def _false_negative_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max_score", type=float, default=None, help="drop candidates scoring above this")
 
 
-def _task_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", required=True, help="a registered task name (see samtone_jax/tasks)")
+def _task_flags(
+    parser: argparse.ArgumentParser, task_help: str = "a registered task name (see samtone_jax/tasks)"
+) -> None:
+    parser.add_argument("--task", required=True, help=task_help)
     parser.add_argument("--split", default=None, help="split (default: train if the task has one)")
     parser.add_argument("--data_dir", default=None, help="data root (default: $SAMTONE_DATA_DIR)")
     parser.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")
@@ -208,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "build-vocab", help="train a SentencePiece vocabulary on the text of a task, tasks (a,b) or a mixture"
     )
-    _task_flags(p)
+    _task_flags(p, "tasks and / or mixtures, comma-separated (each task's texts once, weighted by its size)")
     p.add_argument("--vocab_size", type=int, required=True)
     p.add_argument("--out", required=True, help="output .model file (written atomically)")
     p.set_defaults(run=commands.cmd_build_vocab)

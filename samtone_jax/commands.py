@@ -336,18 +336,26 @@ def cmd_build_vocab(args, bindings) -> int:
 
 
 def vocab_tasks(task: str) -> list[str]:
-    """The tasks whose texts a vocabulary is trained on: `--task` names one task, a comma-separated
-    list of tasks, or a registered mixture (its member tasks)."""
-    names = [n.strip() for n in task.split(",") if n.strip()]
-    if len(names) == 1 and "," not in task:
-        from samtone_jax import tasks
+    """The tasks whose texts a vocabulary is trained on: `--task` names tasks and registered mixtures
+    (their member tasks), comma-separated. Each task's texts count once, by its size (not by a
+    mixture's rates); a task named twice is refused, as its texts would count double."""
+    from samtone_jax import tasks
 
-        if names[0] not in tasks.loaders():
-            from samtone_jax.tasks import registration
-
-            names = list(registration.MIXTURES.get(names[0], names))
+    names = []
+    for name in (n.strip() for n in task.split(",")):
+        if not name:
+            continue
+        if name not in tasks.loaders() and name not in tasks.MIXTURES:
+            raise BadValueError(
+                f"--task: unknown task or mixture {name!r}; registered tasks: {', '.join(tasks.task_names())}; "
+                f"mixtures: {', '.join(sorted(tasks.MIXTURES))}"
+            )
+        names += [name] if name in tasks.loaders() else list(tasks.MIXTURES[name])
     if not names:
         raise BadValueError(f"--task {task!r} names no task")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise BadValueError(f"--task {task!r} names {', '.join(twice)} more than once (its texts would count twice)")
     return names
 
 

@@ -173,7 +173,15 @@ def test_build_vocab_over_several_tasks_or_a_mixture(fixture_tasks, tmp_path, ca
     assert cli.main(["build-vocab", "--task=wordnet_definitions", "--vocab_size=60", f"--out={alone}"]) == 0
     assert both.read_bytes() != alone.read_bytes()
     assert commands.vocab_tasks("offline_mixture") == ["wordnet_definitions", "multireqa_squad_dev"]
-    assert commands.vocab_tasks("nope") == ["nope"]  # then refused by load_task with the registered names
+    assert commands.vocab_tasks("msmarco_passage,offline_mixture") == [
+        "msmarco_passage",
+        "wordnet_definitions",
+        "multireqa_squad_dev",
+    ]
+    with pytest.raises(ValueError, match="unknown task or mixture 'nope'.*mixtures: multireqa_train_mixture"):
+        commands.vocab_tasks("wordnet_definitions, nope")
+    with pytest.raises(ValueError, match="names wordnet_definitions more than once"):
+        commands.vocab_tasks("offline_mixture,wordnet_definitions")
     with pytest.raises(ValueError, match="names no task"):
         commands.vocab_tasks(" , ")
     assert cli.main(["build-vocab", "--task=wordnet_definitions,nope", "--vocab_size=60", f"--out={alone}"]) == 2

@@ -227,7 +227,7 @@ def test_learnable_temperature_is_a_log_parameter_with_gradients(tiny_config):
     "scan,remat",
     [
         pytest.param(True, False, marks=pytest.mark.slow),
-        pytest.param(True, True, marks=pytest.mark.slow),
+        (True, True),
         (False, True),
     ],
 )

@@ -166,6 +166,21 @@ for _name in BEIR_DATASETS:
     LOADERS[f"beir_{_name.replace('-', '_')}"] = (functools.partial(_beir, _name), ("test", "dev", "train"), False)
 
 
+# Mixtures (registered by tasks/registration.py with equal rates): name -> member tasks.
+MIXTURES: dict[str, tuple[str, ...]] = {
+    # The five MultiReQA datasets with training data, equally weighted (MultiReQA's "all" model).
+    "multireqa_train_mixture": (
+        "multireqa_squad",
+        "multireqa_nq",
+        "multireqa_triviaqa",
+        "multireqa_searchqa",
+        "multireqa_hotpotqa",
+    ),
+    # Both offline-available tasks: WordNet from Debian, SQuAD dev from ../shared/data.
+    "offline_mixture": ("wordnet_definitions", "multireqa_squad_dev"),
+}
+
+
 @gin.configurable
 def tfds_tasks(tasks: dict | None = None) -> dict:
     """Tasks over TensorFlow Datasets, as gin `tfds_tasks.tasks = {NAME: SPEC}`; SPEC:

@@ -22,18 +22,7 @@ from samtone_jax.errors import BadValueError
 from samtone_jax.hard_negatives.guide import FalseNegativeFilter
 from samtone_jax.tensorflow_setup import tf
 
-MIXTURES = {
-    # The five MultiReQA datasets with training data, equally weighted (MultiReQA's "all" model).
-    "multireqa_train_mixture": (
-        "multireqa_squad",
-        "multireqa_nq",
-        "multireqa_triviaqa",
-        "multireqa_searchqa",
-        "multireqa_hotpotqa",
-    ),
-    # Both offline-available tasks: WordNet from Debian, SQuAD dev from ../shared/data.
-    "offline_mixture": ("wordnet_definitions", "multireqa_squad_dev"),
-}
+MIXTURES = tasks.MIXTURES  # named in the TF-free tasks module (build-vocab reads them without seqio)
 
 
 @dataclasses.dataclass(frozen=True)
