@@ -53,6 +53,17 @@ def pytest_sessionfinish(session):
         shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _no_gin_left_over():
+    """Every test starts from an empty gin config: bindings a previous test (or a session fixture's
+    training) parsed, such as create_mesh.num_partitions, must not reshape this test's mesh or loss.
+    Tests and fixtures that need gin parse it themselves (configurables.parse, cli.main)."""
+    import gin
+
+    gin.clear_config()
+    yield
+
+
 def shared_data_dir() -> Path:
     """$SAMTONE_DATA_DIR, else ../shared/data next to the repository."""
     return Path(os.environ.get("SAMTONE_DATA_DIR", REPO.parent / "shared" / "data"))
