@@ -4,6 +4,7 @@ and the mini T5.1.1-shaped model every CPU experiment trains from scratch."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -24,13 +25,26 @@ MINI_MODEL = [
 ]
 
 
-def add_budget_flags(parser) -> None:
-    """The training budget every arm of an experiment shares: seeds, steps, batch, lr, τ."""
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--learning_rate", type=float, default=1e-2)
-    parser.add_argument("--temperature", type=float, default=0.05)
+def experiment_parser(doc: str, default_out: str, budget: bool = True) -> argparse.ArgumentParser:
+    """The flags every experiment has: --out (its folder, from which a rerun resumes) and, with
+    `budget`, the training budget all its arms share (seeds, steps, batch, lr, τ)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", default=default_out, help="the experiment's folder (a rerun resumes from it)")
+    if budget:
+        parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+        parser.add_argument("--steps", type=int, default=300)
+        parser.add_argument("--batch", type=int, default=64)
+        parser.add_argument("--learning_rate", type=float, default=1e-2)
+        parser.add_argument("--temperature", type=float, default=0.05)
+    return parser
+
+
+def parse_into_folder(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, str]:
+    """(the parsed flags, the absolute --out folder, created if missing)."""
+    args = parser.parse_args()
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    return args, out
 
 
 def samtone(*argv: str, log: str) -> None:

@@ -20,14 +20,13 @@ baseline over seed-averaged per-query scores, as experiments/loss_comparison.py.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
 import numpy as np
-from common import add_budget_flags, build_vocab, run_arm, samtone, summarize, train_args
+from common import build_vocab, experiment_parser, parse_into_folder, run_arm, samtone, summarize, train_args
 
 TASK = "multireqa_squad_dev"
 MEASURES = ("P@1", "RR")
@@ -105,14 +104,10 @@ def removed_fraction(scores_file: str, k: int, margin: float = 0.0) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/distillation_squad")
+    parser = experiment_parser(__doc__, "runs/distillation_squad")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--teacher_steps", type=int, default=600)
-    add_budget_flags(parser)
-    args = parser.parse_args()
-    out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
+    args, out = parse_into_folder(parser)
     start = time.time()
     vocab = build_vocab(out, TASK)
     bm25_scores = f"{out}/bm25_scores.jsonl"

@@ -20,13 +20,11 @@ randomisation tests on the seed-averaged per-query scores against the baseline. 
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 import time
 
-from common import add_budget_flags, build_vocab, run_arm, summarize, train_args
+from common import build_vocab, experiment_parser, parse_into_folder, run_arm, summarize, train_args
 
 TASK = "multireqa_squad_dev_paragraphs"
 ARMS = {
@@ -53,16 +51,12 @@ def unique_document_fraction(vocab: str, batch: int, block: int, batches: int = 
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/duplicate_documents")
+    parser = experiment_parser(__doc__, "runs/duplicate_documents")
     default_arms = [a for a in ARMS if a != "baseline_unmasked"]  # the ablation of interest; add it with --arms
     parser.add_argument("--arms", nargs="+", default=default_arms, choices=list(ARMS))
-    add_budget_flags(parser)
     parser.add_argument("--block", type=int, default=16, help="consecutive examples kept together by the shuffle")
     parser.add_argument("--doc_length", type=int, default=128)
-    args = parser.parse_args()
-    out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
+    args, out = parse_into_folder(parser)
     start = time.time()
     vocab = build_vocab(out, TASK)
     unique = unique_document_fraction(vocab, args.batch, args.block)

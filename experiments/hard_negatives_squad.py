@@ -16,27 +16,23 @@ compare` gives paired randomisation p-values against `continue`. One command, ~1
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
 
-from common import build_vocab, run_arm, samtone, train_args
+from common import build_vocab, experiment_parser, parse_into_folder, run_arm, samtone, train_args
 
 TASK = "multireqa_squad_dev"
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/hard_negatives_squad")
+    parser = experiment_parser(__doc__, "runs/hard_negatives_squad", budget=False)
     parser.add_argument("--base_steps", type=int, default=800)
     parser.add_argument("--steps", type=int, default=300, help="the further budget of every arm")
     parser.add_argument("--batch", type=int, default=64)
-    args = parser.parse_args()
-    out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
+    args, out = parse_into_folder(parser)
     timings = {}
     start = time.time()
     vocab = build_vocab(out, TASK)

@@ -19,13 +19,12 @@ the arm's average over seeds better than the baseline's). Then the paper's embed
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
-from common import add_budget_flags, build_vocab, run_arm, samtone, summarize, train_args
+from common import build_vocab, experiment_parser, parse_into_folder, run_arm, samtone, summarize, train_args
 
 ARMS = {
     "baseline": "losses/bidirectional.gin",
@@ -38,15 +37,11 @@ MEASURES = ("P@1", "RR")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/loss_comparison")
+    parser = experiment_parser(__doc__, "runs/loss_comparison")
     parser.add_argument("--task", default="multireqa_squad_dev")
     parser.add_argument("--architectures", nargs="+", default=["sde", "ade_spl"])
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    add_budget_flags(parser)
-    args = parser.parse_args()
-    out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
+    args, out = parse_into_folder(parser)
     start = time.time()
     vocab = build_vocab(out, args.task)
     evals = {}

@@ -15,14 +15,13 @@ plain at each dimension (seed-averaged per-query scores). Resumable.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import sys
 import time
 
-from common import add_budget_flags, build_vocab, samtone, seed_average, train_args
+from common import build_vocab, experiment_parser, parse_into_folder, samtone, seed_average, train_args
 
 TASK = "multireqa_squad_dev"
 DIMS = (8, 16, 32)  # and the full 64
@@ -39,12 +38,8 @@ def eval_files(model_dir: str, steps: int) -> dict:
 def main():
     from samtone_jax.evaluation.significance import compare
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/matryoshka_squad")
-    add_budget_flags(parser)
-    args = parser.parse_args()
-    out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
+    parser = experiment_parser(__doc__, "runs/matryoshka_squad")
+    args, out = parse_into_folder(parser)
     start = time.time()
     vocab = build_vocab(out, TASK)
     files = {}

@@ -18,13 +18,12 @@ homogeneous and prompted against mixed, and of prompted against homogeneous. Res
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
-from common import add_budget_flags, build_vocab, samtone, summarize, train_args
+from common import build_vocab, experiment_parser, parse_into_folder, samtone, summarize, train_args
 
 MIXTURE = "offline_mixture"
 TEST_SETS = ("wordnet_definitions", "multireqa_squad_dev")
@@ -44,12 +43,8 @@ def eval_file(model_dir: str, task: str, steps: int) -> str:
 def main():
     from samtone_jax.evaluation.significance import compare, format_table
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/mixture_batches")
-    add_budget_flags(parser)
-    args = parser.parse_args()
-    out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
+    parser = experiment_parser(__doc__, "runs/mixture_batches")
+    args, out = parse_into_folder(parser)
     start = time.time()
     vocab = build_vocab(out, MIXTURE)  # over both member tasks' texts
     files = {}

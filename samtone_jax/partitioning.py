@@ -48,9 +48,24 @@ def logical_rules(fsdp: bool = False):
 
 
 @gin.configurable
-def create_mesh(num_partitions: int = 1, devices=None) -> Mesh:
-    """A ('data', 'model') mesh over all devices (of all processes); 'model' has num_partitions."""
+def create_mesh(num_partitions: int = 1, devices=None, num_devices: int | None = None) -> Mesh:
+    """A ('data', 'model') mesh over all devices (of all processes), or over `devices`; 'model' has
+    num_partitions. `num_devices` N (gin create_mesh.num_devices) keeps only the first N of them: a
+    debugging run, or a test, on one device of a multi-device host. A mesh that spans processes
+    needs all their devices (a device left out would never join the collectives)."""
     devices = np.asarray(jax.devices() if devices is None else devices)
+    if num_devices is not None and num_devices != devices.size:
+        if not 1 <= num_devices <= devices.size:
+            raise BadValueError(
+                f"create_mesh.num_devices={num_devices} must be between 1 and the {devices.size} devices there are"
+            )
+        processes = {d.process_index for d in devices.flat}
+        if len(processes) > 1:
+            raise BadValueError(
+                f"create_mesh.num_devices={num_devices} would leave devices of some of the {len(processes)} "
+                f"processes out of their shared mesh of {devices.size}: unset it on a multi-process run"
+            )
+        devices = devices[:num_devices]
     if num_partitions < 1 or devices.size % num_partitions:
         raise BadValueError(
             f"create_mesh.num_partitions={num_partitions} must divide the {devices.size} devices (gin: num_partitions)"

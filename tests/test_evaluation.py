@@ -109,6 +109,7 @@ def test_eval_command_on_real_squad_dev_is_near_chance_and_consistent(tmp_path, 
         "--gin.VOCAB_SIZE=2000",
         f"--gin.MODEL_DIR='{tmp_path / 'run'}'",
         f"--gin.VOCABULARY='{vocab_path}'",
+        "--gin.create_mesh.num_devices=1",  # 8 simulated devices on 2 cores encode no faster (sharding: test_inference)
     ]
     train_flags = [
         "--gin.train.model_dir=%MODEL_DIR",

@@ -134,6 +134,7 @@ def _mode_argv(mode, model_dir, init, vocab_path, steps):
         "--gin.LEARNING_RATE=0.05",
         "--gin.train_adore.log_every=1",
         "--gin.train_adore.checkpoint_every=100",
+        "--gin.create_mesh.num_devices=1",  # as tiny_train_argv
     ]
 
 

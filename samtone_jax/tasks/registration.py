@@ -22,8 +22,6 @@ from samtone_jax.errors import BadValueError
 from samtone_jax.hard_negatives.guide import FalseNegativeFilter
 from samtone_jax.tensorflow_setup import tf
 
-MIXTURES = tasks.MIXTURES  # named in the TF-free tasks module (build-vocab reads them without seqio)
-
 
 @dataclasses.dataclass(frozen=True)
 class TeacherFeatures:
@@ -192,7 +190,7 @@ def register(
             output_features=output_features,
             preprocessors=[seqio.preprocessors.tokenize, _tokenize_negatives],
         )
-    for mixture, members in MIXTURES.items():
+    for mixture, members in tasks.MIXTURES.items():  # named in the TF-free tasks module
         seqio.MixtureRegistry.remove(mixture)
         seqio.MixtureRegistry.add(mixture, [(m, 1.0) for m in members])
 
