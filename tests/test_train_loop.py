@@ -69,10 +69,13 @@ def _launch(argv, env, log_path, slow=False):
     )
 
 
-def _run(argv, env, log_path, timeout=240):
-    proc = _launch(argv, env, log_path)
-    assert proc.wait(timeout=timeout) == 0, open(log_path).read()[-3000:]
-    return open(log_path).read()
+def _in_process(argv, capsys, devices):
+    """`samtone ARGV` in this process on its first `devices` devices (create_mesh.num_devices); its stdout."""
+    from samtone_jax import cli
+
+    capsys.readouterr()
+    assert cli.main([*argv, f"--gin.create_mesh.num_devices={devices}"]) == 0
+    return capsys.readouterr().out
 
 
 def _losses(text):
@@ -99,16 +102,12 @@ def test_resume_after_sigkill_gives_identical_losses_and_parameters(
     and rerun: identical losses and bit-identical parameters; everything it wrote is in the bucket.
     The killed run is a `samtone train` process of one device; the straight run and the rerun are
     `samtone train` in this process on its first device (create_mesh.num_devices)."""
-    from samtone_jax import cli
-
     wn, vocab_path = wordnet_fixture
     env = _env(wn)
     monkeypatch.setenv("WORDNET_DIR", str(wn))
 
     def here(argv):
-        capsys.readouterr()
-        assert cli.main([*argv, "--gin.create_mesh.num_devices=1"]) == 0
-        return capsys.readouterr().out
+        return _in_process(argv, capsys, devices=1)
 
     straight = _losses(here(_argv(tmp_path / "straight", vocab_path)))
     assert sorted(straight) == [1, 2, 3, 4, 5, 6]
@@ -183,16 +182,12 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
     (create_mesh.num_devices): three interpreter starts fewer, the same programs."""
     import json
 
-    from samtone_jax import cli
-
     wn, vocab_path = wordnet_fixture
     env = _env(wn)
     monkeypatch.setenv("WORDNET_DIR", str(wn))
 
     def here(argv, devices):
-        capsys.readouterr()
-        assert cli.main([*argv, f"--gin.create_mesh.num_devices={devices}"]) == 0
-        return capsys.readouterr().out
+        return _in_process(argv, capsys, devices)
 
     single, multi = tmp_path / "single", f"{gcs.bucket()}/multi"
     shards = ["--gin.train.data_shards=2"]  # the same global batches on 1 or 2 hosts (each reads its shard)
