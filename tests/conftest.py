@@ -139,6 +139,14 @@ def wordnet_data(tmp_path_factory):
     return wn, vocab_path
 
 
+@pytest.fixture
+def wordnet_env(wordnet_data, monkeypatch):
+    """wordnet_data, with WORDNET_DIR pointing at its folder for this test: `samtone` reads the
+    fixture's WordNet, never the system's /usr/share/wordnet (present or not)."""
+    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
+    return wordnet_data
+
+
 def numeric_grad(f, x, h=1e-6):
     """Central differences of the float64 function f at every entry of x."""
     import numpy as np

@@ -114,13 +114,12 @@ def test_quantised_indexes_keep_most_of_the_top_10():
 
 
 @pytest.mark.slow
-def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(trained_run, wordnet_data, monkeypatch, gcs):
+def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(trained_run, wordnet_env, gcs):
     """... into a gs:// MODEL_DIR (the emulator): index shards, checkpoints and config in the bucket."""
     import samtone_jax
     from samtone_jax import cli, configurables, paths, tasks
     from samtone_jax.evaluation import search
 
-    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     model_dir = f"{gcs.bucket()}/adore"
     argv = [
         "train-adore",

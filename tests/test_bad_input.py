@@ -24,12 +24,6 @@ from samtone_jax import cli, configurables, tasks
 from samtone_jax.data import records
 
 
-@pytest.fixture
-def wordnet_env(wordnet_data, monkeypatch):
-    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
-    return wordnet_data
-
-
 def _beir(root, corpus=None, queries=None, qrels="query-id\tcorpus-id\tscore\nq1\td1\t1\n"):
     """A tiny BEIR folder (SAMTONE_DATA_DIR/beir/scifact) with the given file contents."""
     folder = root / "beir" / "scifact"

@@ -177,14 +177,13 @@ def test_faiss_ivfpq_finds_most_exact_neighbours():
 
 
 @pytest.mark.slow
-def test_eval_compare_and_analyze_commands_on_a_trained_run(trained_run, wordnet_data, monkeypatch, tmp_path, capsys):
+def test_eval_compare_and_analyze_commands_on_a_trained_run(trained_run, wordnet_env, tmp_path, capsys):
     import json
     import re
     import shutil
 
     from samtone_jax import cli
 
-    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     eval_flags = [
         f"--gin.evaluate.model_dir='{trained_run}'",
         "--gin.evaluate.task='wordnet_definitions'",
@@ -245,7 +244,7 @@ def test_exact_index_is_built_once_and_searched_in_query_batches():
 
 
 @pytest.mark.slow
-def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run, wordnet_data, monkeypatch, tmp_path):
+def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run, wordnet_env, tmp_path):
     """`samtone eval --dims 4,16`: one JSON per truncation (first k dimensions, re-normalised), its P@1
     that of a brute-force search written here on the model's own embeddings cut the same way."""
     import json
@@ -254,7 +253,6 @@ def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run
     import samtone_jax
     from samtone_jax import cli, tasks
 
-    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     run = tmp_path / "run"
     # a copy without the fixture's eval folder: other tests' embeddings there name the fixture's path
     shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("eval"))

@@ -148,10 +148,9 @@ def test_checkpoint_imports_read_t5x_and_mesh_tf_from_a_bucket(gcs):
 
 
 @pytest.mark.slow
-def test_eval_encode_export_mine_analyze_compare_and_load_on_a_bucket(gcs, trained_run, wordnet_data, monkeypatch):
+def test_eval_encode_export_mine_analyze_compare_and_load_on_a_bucket(gcs, trained_run, wordnet_env):
     """A run in the bucket (as `samtone train` writes it: see test_train_loop.py) evaluated, encoded,
     exported and loaded there, with every output in the bucket and nothing written locally."""
-    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     bucket = gcs.bucket()
     run = gcs.upload(trained_run, f"{bucket}/run", skip=("eval", "embeddings"))  # what `samtone train` writes
     local = samtone_jax.load(str(trained_run))

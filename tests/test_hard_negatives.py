@@ -72,11 +72,10 @@ def test_bm25_mining_writes_the_file_the_tasks_read(tmp_path):
     assert json.load(open(out + ".json"))["false_negative_filter"]["max_score"] == -1
 
 
-def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_data, monkeypatch):
+def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
     from samtone_jax import configurables, tasks
     from samtone_jax.tasks import registration
 
-    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     collection = tasks.load("wordnet_definitions", "all")
     qid = sorted(collection.queries)[0]
     docs = [d for d in sorted(collection.corpus) if d not in collection.qrels[qid]][:2]
@@ -93,10 +92,9 @@ def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_data, monke
         configurables.parse([], [])
 
 
-def test_dense_mining_command_excludes_positives(trained_run, wordnet_data, monkeypatch, tmp_path, capsys):
+def test_dense_mining_command_excludes_positives(trained_run, wordnet_env, tmp_path, capsys):
     from samtone_jax import cli, tasks
 
-    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     out = tmp_path / "dense.tsv"
     argv = [
         "mine",

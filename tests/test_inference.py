@@ -246,10 +246,9 @@ def test_non_finite_embeddings_are_refused_and_nothing_is_written(tmp_path):
     assert not [f for f in os.listdir(tmp_path) if f.startswith("shard")]
 
 
-def test_encode_command_writes_queries_and_documents_and_reruns_as_a_no_op(trained_run, wordnet_data, monkeypatch):
+def test_encode_command_writes_queries_and_documents_and_reruns_as_a_no_op(trained_run, wordnet_env):
     from samtone_jax import tasks
 
-    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     argv = ["encode", f"--checkpoint={trained_run}", "--task=wordnet_definitions", "--split=all", "--shard_size=5"]
     assert cli.main(argv) == 0
     out = trained_run / "embeddings" / "wordnet_definitions_all_step2"

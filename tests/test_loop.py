@@ -141,12 +141,11 @@ def _mode_argv(mode, model_dir, init, vocab_path, steps):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["train", "train-packed", "train-adore"])
 def test_both_modes_stop_on_sigterm_and_resume_to_the_uninterrupted_parameters(
-    mode, trained_run, wordnet_data, tmp_path, monkeypatch, caplog
+    mode, trained_run, wordnet_env, tmp_path, monkeypatch, caplog
 ):
     from samtone_jax import cli, configurables
 
-    wn, vocab_path = wordnet_data
-    monkeypatch.setenv("WORDNET_DIR", str(wn))
+    vocab_path = wordnet_env[1]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     assert cli.main(_mode_argv(mode, straight, trained_run, vocab_path, steps=4)) == 0
 

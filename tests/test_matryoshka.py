@@ -112,7 +112,7 @@ def test_dimensions_beyond_the_embedding_are_refused():
 
 
 @pytest.mark.slow
-def test_training_with_nested_dimensions_logs_each_term(wordnet_data, tmp_path):
+def test_training_with_nested_dimensions_logs_each_term(wordnet_env, tmp_path):
     import tensorflow as tf
     from conftest import tiny_train_argv
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -120,7 +120,7 @@ def test_training_with_nested_dimensions_logs_each_term(wordnet_data, tmp_path):
     from samtone_jax import cli
 
     extra = ["--gin.train.matryoshka_dims=(8, 32)", "--gin.train.matryoshka_weights=(1.0, 0.5)"]
-    assert cli.main(tiny_train_argv(tmp_path / "run", wordnet_data[1], extra=extra)) == 0
+    assert cli.main(tiny_train_argv(tmp_path / "run", wordnet_env[1], extra=extra)) == 0
     events = EventAccumulator(str(tmp_path / "run" / "train"))
     events.Reload()
     logged = {

@@ -196,11 +196,10 @@ def test_samtone_teacher_ranks_by_the_models_cosine(trained_run, tmp_path):
 # The file read back: teacher features of the task examples, and training on them.
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture
-def wordnet_scores(wordnet_data, monkeypatch, tmp_path):
+def wordnet_scores(wordnet_env, tmp_path):
     """(the BM25 scores file of wordnet_definitions/all, its collection), attached through gin."""
     from samtone_jax import cli, configurables, tasks
 
-    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     out = tmp_path / "scores.jsonl"
     argv = ["score", "--teacher=bm25", "--task=wordnet_definitions", "--split=all", f"--out={out}", "--depth=4"]
     assert cli.main(argv) == 0
@@ -272,11 +271,10 @@ def test_teacher_features_travel_through_the_pipeline_packing_and_model_features
     np.testing.assert_array_equal(packed["teacher_scores"], batch["teacher_scores"])  # per pair, as the ids
 
 
-def test_a_mined_file_without_scores_cannot_feed_teacher_features(wordnet_data, monkeypatch, tmp_path):
+def test_a_mined_file_without_scores_cannot_feed_teacher_features(wordnet_env, tmp_path):
     from samtone_jax import configurables, tasks
     from samtone_jax.tasks.registration import TeacherFeatures, examples
 
-    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     collection = tasks.load("wordnet_definitions", "all")
     qid = sorted(collection.queries)[0]
     path = tmp_path / "mined.tsv"
@@ -338,20 +336,19 @@ def test_training_distils_from_the_scores_and_guides_its_negatives(wordnet_score
     ],
     ids=["guide-without-cut", "guide-without-contrastive", "scores-unused", "distill-without-negatives"],
 )
-def test_training_refuses_teacher_settings_it_would_ignore(extra, match, wordnet_data, tmp_path, capsys):
+def test_training_refuses_teacher_settings_it_would_ignore(extra, match, wordnet_env, tmp_path, capsys):
     from conftest import tiny_train_argv
 
     from samtone_jax import cli
 
-    assert cli.main(tiny_train_argv(tmp_path / "run", wordnet_data[1], extra=extra)) == 2
+    assert cli.main(tiny_train_argv(tmp_path / "run", wordnet_env[1], extra=extra)) == 2
     assert match in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # refused before anything is written
 
 
-def test_score_refuses_flags_that_do_not_apply(wordnet_data, monkeypatch, tmp_path, capsys):
+def test_score_refuses_flags_that_do_not_apply(wordnet_env, tmp_path, capsys):
     from samtone_jax import cli
 
-    monkeypatch.setenv("WORDNET_DIR", str(wordnet_data[0]))
     base = ["score", "--task=wordnet_definitions", "--split=all", f"--out={tmp_path / 'out.jsonl'}"]
     mined = tmp_path / "mined.tsv"
     mined.write_text("q\td\n")

@@ -1,4 +1,4 @@
-"""One real training step: 1 device vs 8, and GradCache vs the plain step (values and memory)."""
+"""One real training step: 1 device vs 8 (replicated and FSDP), and GradCache vs the plain step (values and memory)."""
 
 from __future__ import annotations
 
@@ -52,12 +52,16 @@ def _one_step(model, mesh, batch, chunk=None, repeats=1, rules=partitioning.DEFA
 
 
 @pytest.mark.slow
-def test_one_device_and_eight_devices_take_the_same_step(gin_tiny):
+def test_one_device_eight_devices_and_fsdp_take_the_same_step(gin_tiny):
+    """The step (loss, updated parameters) on 1 device = on 8 (replicated) = on 8 under
+    partitioning.FSDP_RULES (gin logical_rules.fsdp = True), where every parameter's embed dimension
+    and the unfactored Adafactor statistics are split over the 8 data devices."""
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
     batch = _batch(k=2)
+    mesh = partitioning.create_mesh()
     p1, m1 = _one_step(gin_tiny, partitioning.create_mesh(devices=jax.devices()[:1]), batch)
-    p8, m8 = _one_step(gin_tiny, partitioning.create_mesh(), batch)
+    p8, m8 = _one_step(gin_tiny, mesh, batch)
     np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)
     assert m1["masked_fraction"] > 0 and np.isfinite(m1["loss"])
     for a, b in zip(jax.tree_util.tree_leaves(p8), jax.tree_util.tree_leaves(p1), strict=True):
@@ -69,6 +73,20 @@ def test_one_device_and_eight_devices_take_the_same_step(gin_tiny):
         for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(init), strict=True)
     )
     assert moved > 1e-4
+    # FSDP: the state is sharded, the step the same.
+    tx, _ = train.adafactor(learning_rate=1e-2, train_steps=10)
+    state = train.initial_state(gin_tiny, tx, mesh, seed=0, init_checkpoint=None, rules=partitioning.FSDP_RULES)
+    scale = state["params"]["query_encoder"]["encoder_norm"]["scale"]
+    assert scale.addressable_shards[0].data.shape == (32 // 8,)  # emb_dim 32 over 8 devices
+    kernel = state["params"]["query_encoder"]["layers_0"]["mlp"]["wo"]
+    assert kernel.addressable_shards[0].data.shape == (64, 32 // 8)  # [mlp, embed]
+    # An unfactored Adafactor statistic (attention kernel [embed 32, heads 4, kv 8]) is sharded too.
+    stats = [x for x in jax.tree_util.tree_leaves(state["opt_state"]) if x.shape == (32, 4, 8)]
+    assert stats and all(x.addressable_shards[0].data.shape == (4, 4, 8) for x in stats)
+    fsdp_params, fsdp = _one_step(gin_tiny, mesh, batch, rules=partitioning.FSDP_RULES)
+    np.testing.assert_allclose(fsdp["loss"], m8["loss"], rtol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(fsdp_params), jax.tree_util.tree_leaves(p8), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def _grads(model, mesh, batch, chunk, loss=gin_utils.contrastive_loss):
@@ -115,8 +133,10 @@ def test_teacher_scores_and_guide_ids_travel_through_sharding_and_grad_cache(gin
     for name in ("distill/margin_mse", "contrastive_loss", "guided_fraction", "masked_fraction"):
         np.testing.assert_allclose(m8[name], m1[name], rtol=1e-5, err_msg=name)
     assert m1["guided_fraction"] > 0 and m1["distillation_loss"] > 0
+    # atol 1e-5: gradients up to ~3.5 here, summed in another order over 8 shards and chunks; float32
+    # reassociation leaves ~1e-6 absolute on a few small entries (1.4e-6 on one of 512 on AMD EPYC)
     for a, b in zip(jax.tree_util.tree_leaves(g8), jax.tree_util.tree_leaves(g1), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -227,30 +247,6 @@ def test_non_finite_loss_stops_with_the_step_range_and_last_checkpoint(tmp_path)
         progress.record(210, {"loss": np.float32("nan"), "accuracy": np.float32(0.5)})
     progress.pending = []
     progress.close()
-
-
-@pytest.mark.slow
-def test_fsdp_shards_parameters_and_takes_the_same_step(gin_tiny):
-    """partitioning.FSDP_RULES (gin logical_rules.fsdp = True): every parameter's embed dimension
-    split over the 8 data devices, and the step (loss, updated parameters) equals the replicated one."""
-    if jax.device_count() < 8:
-        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
-    mesh = partitioning.create_mesh()
-    batch = _batch(k=1)
-    replicated_params, replicated = _one_step(gin_tiny, mesh, batch)
-    tx, _ = train.adafactor(learning_rate=1e-2, train_steps=10)
-    state = train.initial_state(gin_tiny, tx, mesh, seed=0, init_checkpoint=None, rules=partitioning.FSDP_RULES)
-    scale = state["params"]["query_encoder"]["encoder_norm"]["scale"]
-    assert scale.addressable_shards[0].data.shape == (32 // 8,)  # emb_dim 32 over 8 devices
-    kernel = state["params"]["query_encoder"]["layers_0"]["mlp"]["wo"]
-    assert kernel.addressable_shards[0].data.shape == (64, 32 // 8)  # [mlp, embed]
-    # An unfactored Adafactor statistic (attention kernel [embed 32, heads 4, kv 8]) is sharded too.
-    stats = [x for x in jax.tree_util.tree_leaves(state["opt_state"]) if x.shape == (32, 4, 8)]
-    assert stats and all(x.addressable_shards[0].data.shape == (4, 4, 8) for x in stats)
-    fsdp_params, fsdp = _one_step(gin_tiny, mesh, batch, rules=partitioning.FSDP_RULES)
-    np.testing.assert_allclose(fsdp["loss"], replicated["loss"], rtol=1e-5)
-    for a, b in zip(jax.tree_util.tree_leaves(fsdp_params), jax.tree_util.tree_leaves(replicated_params), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
