@@ -90,14 +90,13 @@ def _wait_for(predicate, timeout=240):
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_gives_identical_losses_and_parameters(wordnet_data, tmp_path, gcs, monkeypatch, capsys):
+def test_resume_after_sigkill_gives_identical_losses_and_parameters(wordnet_env, tmp_path, gcs, capsys):
     """A run on local disk and the same run on gs:// (the emulator), SIGKILLed after checkpoint 3
     and rerun: identical losses and bit-identical parameters; everything it wrote is in the bucket.
     The killed run is a `samtone train` process of one device; the straight run and the rerun are
     `samtone train` in this process on its first device (create_mesh.num_devices)."""
-    wn, vocab_path = wordnet_data
+    wn, vocab_path = wordnet_env
     env = _env(wn)
-    monkeypatch.setenv("WORDNET_DIR", str(wn))
 
     def here(argv):
         return _in_process(argv, capsys, devices=1)
@@ -166,7 +165,7 @@ def _local(n, devices, argv, env, log_dir, timeout=300):
 
 @pytest.mark.slow
 def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_topologies(
-    wordnet_data, tmp_path, gcs, monkeypatch, capsys
+    wordnet_env, tmp_path, gcs, capsys
 ):
     """launch/local.sh 2 × 2 devices = 1 × 4 (train and eval); a checkpoint saved on 2 processes × 2
     devices resumes on 1 device, one saved on 1 × 4 resumes on 2 × 2, and both reach the same state.
@@ -175,9 +174,8 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
     (create_mesh.num_devices): three interpreter starts fewer, the same programs."""
     import json
 
-    wn, vocab_path = wordnet_data
+    wn, vocab_path = wordnet_env
     env = _env(wn)
-    monkeypatch.setenv("WORDNET_DIR", str(wn))
 
     def here(argv, devices):
         return _in_process(argv, capsys, devices)
@@ -218,7 +216,8 @@ def test_a_killed_process_then_ctrl_c_on_two_processes_and_the_rerun_resumes(wor
        reaches one host only takes the preemption route (a SIGTERM of that process, which JAX's
        preemption service tells the other): both checkpoint the same step together and exit 0
        (before: that host saved alone, the other waited in a collective), and that checkpoint is
-       complete (restored here). Resuming from a preemption checkpoint: tests/test_loop.py."""
+       complete (restored here). A rerun resuming from a preemption checkpoint is tested in one
+       process (tests/test_loop.py), not here."""
     wn, vocab_path = wordnet_data
     env, model_dir = _env(wn), tmp_path / "run"
     no_dropout = ["--gin.DROPOUT_RATE=0.0"]  # no values are compared here: a step half as long to compile
@@ -237,24 +236,28 @@ def test_a_killed_process_then_ctrl_c_on_two_processes_and_the_rerun_resumes(wor
 
     procs, logs = launch_two("killed")
     checkpoint_2 = model_dir / "checkpoints" / "2"  # orbax renames its temporary folder when complete
-    _wait_for(lambda: (checkpoint_2.is_dir() and "step 3/" in logs[0].read_text()) or procs[0].poll() is not None)
-    procs[1].send_signal(signal.SIGKILL)
-    start = time.time()
     try:
+        _wait_for(lambda: (checkpoint_2.is_dir() and "step 3/" in logs[0].read_text()) or procs[0].poll() is not None)
+        procs[1].send_signal(signal.SIGKILL)
+        procs[1].wait(timeout=30)
+        start = time.time()
         survivor = procs[0].wait(timeout=120)  # a hang fails here
     finally:
-        procs[0].kill()
+        for p in procs:
+            p.kill()
     assert survivor != 0 and time.time() - start < 60, logs[0].read_text()[-2000:]
     assert "heartbeat" in logs[0].read_text()  # "stopped sending heartbeats" / "heartbeat timeout"
 
     procs, logs = launch_two("interrupted")
     resumed_from = re.compile(r"resumed from step (\d+)")
-    _wait_for(lambda: resumed_from.search(logs[0].read_text()) or procs[0].poll() is not None)
-    resumed = int(resumed_from.search(logs[0].read_text()).group(1))
-    assert resumed >= 2 and resumed % 2 == 0  # a periodic checkpoint of the killed run
-    _wait_for(lambda: f"step {resumed + 2}/" in logs[0].read_text() or procs[0].poll() is not None)
-    procs[1].send_signal(signal.SIGINT)
     try:
+        _wait_for(lambda: resumed_from.search(logs[0].read_text()) or procs[0].poll() is not None)
+        found = resumed_from.search(logs[0].read_text())
+        assert found, logs[0].read_text()[-2000:]
+        resumed = int(found.group(1))
+        assert resumed >= 2 and resumed % 2 == 0  # a periodic checkpoint of the killed run
+        _wait_for(lambda: f"step {resumed + 2}/" in logs[0].read_text() or procs[0].poll() is not None)
+        procs[1].send_signal(signal.SIGINT)
         codes = [p.wait(timeout=120) for p in procs]  # a host left in a collective fails here
     finally:
         for p in procs:
