@@ -37,13 +37,13 @@ def measure(batch: int, chunk: int | None) -> dict:
     import jax
     import numpy as np
 
-    from samtone_jax import configurables, gin_utils, partitioning, train
+    from samtone_jax import configurables, gin_utils, optimizer, partitioning, train
 
     bindings = [f"T5Config.{k} = {v}" for k, v in SHAPE.items()]
     configurables.parse(["architectures/sde.gin", "losses/samtone_query.gin"], bindings)
     model = gin_utils.model()
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
-    tx, schedule = train.adafactor(train_steps=1000)
+    tx, schedule = optimizer.adafactor(train_steps=1000)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
     rng = np.random.RandomState(0)
     tokens = {

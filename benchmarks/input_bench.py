@@ -19,10 +19,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import jax  # noqa: E402
 
-from samtone_jax import configurables, gin_utils, partitioning, tasks, train  # noqa: E402
+from samtone_jax import configurables, gin_utils, optimizer, partitioning, train  # noqa: E402
 from samtone_jax.data import pipeline  # noqa: E402
 from samtone_jax.data import vocab as vocab_lib  # noqa: E402
-from samtone_jax.tasks import registration  # noqa: E402
+from samtone_jax.tasks import (
+    catalogue,
+    registration,  # noqa: E402
+)
 
 CONFIGS = [("demo: batch 64, 32/48 tokens", 64, 32, 48), ("batch 512 x 64 tokens", 512, 64, 64)]
 
@@ -44,7 +47,7 @@ def pipeline_rate(batch, lq, ld, batches):
 def step_rate(batch, lq, ld, steps):
     model = gin_utils.model()
     mesh = partitioning.create_mesh()
-    tx, schedule = train.adafactor(train_steps=1000)
+    tx, schedule = optimizer.adafactor(train_steps=1000)
     state = train.initial_state(model, tx, mesh, 0, None)
     step = jax.jit(train.make_train_step(model, tx, schedule, mesh, None, gin_utils.contrastive_loss), donate_argnums=0)
     it = pipeline.train_dataset(
@@ -68,7 +71,7 @@ def main():
     parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()
     if not os.path.exists(args.vocab):
-        vocab_lib.train_sentencepiece(tasks.load("wordnet_definitions", "train").texts(), 8000, args.vocab)
+        vocab_lib.train_sentencepiece(catalogue.collection("wordnet_definitions", "train").texts(), 8000, args.vocab)
     configurables.parse(["runs/demo_cpu.gin"], [f"VOCABULARY = '{args.vocab}'"])
     registration.register(args.vocab)
     print(f"CPU: {os.cpu_count()} cores; model: runs/demo_cpu.gin (d_model 64, 3 layers); task wordnet_definitions")

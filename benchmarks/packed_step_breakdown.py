@@ -29,8 +29,8 @@ import optax  # noqa: E402
 from real_data_step_bench import TASKS, Ours, computed_tokens, real_batches, vocabulary_for  # noqa: E402
 
 from samtone_jax import gin_utils, partitioning, train  # noqa: E402
+from samtone_jax.batch_embeddings import embed_batch  # noqa: E402
 from samtone_jax.data.packing import pack_batch  # noqa: E402
-from samtone_jax.encoding import encode_batch  # noqa: E402
 
 
 def parts(ours: Ours) -> dict:
@@ -39,7 +39,7 @@ def parts(ours: Ours) -> dict:
 
     def loss(params, batch):
         loss_fn = train.make_loss_on_embeddings(model, mesh, batch, gin_utils.contrastive_loss)
-        return loss_fn(params, *encode_batch(model, params, batch, None, segments))
+        return loss_fn(params, *embed_batch(model, params, batch, None, segments))
 
     def grads(params, opt_state, batch):
         return jax.value_and_grad(loss, has_aux=True)(params, batch)

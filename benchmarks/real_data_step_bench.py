@@ -41,7 +41,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from train_step_bench import LR, SHAPE, TAU, matmul_peak, theirs_step  # noqa: E402
 
-from samtone_jax import configurables, gin_utils, partitioning, train  # noqa: E402
+from samtone_jax import configurables, gin_utils, optimizer, partitioning, run_folders, train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = {"wordnet_definitions": (32, 48, "train"), "multireqa_squad_dev": (64, 192, "train")}
@@ -73,15 +73,15 @@ def real_batches(task: str, batch: int, count: int, vocabulary: str) -> list[dic
 
 
 def vocabulary_for(task: str) -> str:
-    path = ROOT / "runs" / "demo" / "vocab.model"
+    path = ROOT / "runs" / "demo" / run_folders.VOCABULARY
     if path.exists():
         return str(path)
-    from samtone_jax import tasks
     from samtone_jax.data import vocab as vocab_lib
+    from samtone_jax.tasks import catalogue
 
     built = Path("/tmp") / f"real_data_step_bench_{task}.model"
     if not built.exists():
-        vocab_lib.train_sentencepiece(tasks.load(task, "train").texts(), 8000, str(built))
+        vocab_lib.train_sentencepiece(catalogue.collection(task, "train").texts(), 8000, str(built))
     return str(built)
 
 
@@ -96,7 +96,7 @@ class Ours:
         )
         model = gin_utils.model()
         self.mesh = partitioning.create_mesh(devices=jax.devices()[:1])
-        tx, schedule = train.adafactor(learning_rate=LR, train_steps=10_000)
+        tx, schedule = optimizer.adafactor(learning_rate=LR, train_steps=10_000)
         self.model, self.tx, self.max_segments = model, tx, max_segments
         self.state = train.initial_state(model, tx, self.mesh, seed=0, init_checkpoint=None)
         step = train.make_train_step(model, tx, schedule, self.mesh, None, gin_utils.contrastive_loss, max_segments)

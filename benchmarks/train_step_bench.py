@@ -37,7 +37,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from samtone_jax import configurables, gin_utils, partitioning, train  # noqa: E402
+from samtone_jax import configurables, gin_utils, optimizer, partitioning, train  # noqa: E402
 
 SHAPE = dict(emb_dim=512, num_heads=8, head_dim=64, mlp_dim=1024, num_layers=4, vocab_size=32128)
 TAU = 0.01
@@ -118,7 +118,7 @@ def bench_ours(batch: int, length: int, steps: int, extra_bindings=()):
     )
     model = gin_utils.model()
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
-    tx, schedule = train.adafactor(learning_rate=LR, train_steps=10_000)
+    tx, schedule = optimizer.adafactor(learning_rate=LR, train_steps=10_000)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
     batch_arrays = {"query_tokens": random_tokens(batch, length, 1), "doc_tokens": random_tokens(batch, length, 2)}
     global_batch = partitioning.host_to_global(mesh, batch_arrays)

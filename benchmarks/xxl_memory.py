@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from samtone_jax import configurables, gin_utils, partitioning, train  # noqa: E402
+from samtone_jax import configurables, gin_utils, optimizer, partitioning, train  # noqa: E402
 from samtone_jax.models import init_params  # noqa: E402
 
 GiB = 1024**3
@@ -53,7 +53,7 @@ def report(fsdp: bool, args) -> dict:
     params = jax.tree_util.tree_map(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.unbox(boxed), shardings
     )
-    tx, schedule = train.adafactor(train_steps=20000)
+    tx, schedule = optimizer.adafactor(train_steps=20000)
     replicated = NamedSharding(mesh, P())
     opt_state = jax.tree_util.tree_map(  # laid out as training lays it out
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),

@@ -14,6 +14,8 @@ import statistics
 import time
 import traceback
 
+from samtone_jax import run_folders
+
 # A T5.1.1-shaped mini encoder (d_model 64, 3 layers, gated GELU) over an 8k SentencePiece vocabulary.
 MINI_MODEL = [
     "--gin_file=models/t5_1_1_tiny.gin",
@@ -124,7 +126,7 @@ def train_args(
 
 def existing_eval(model_dir):
     """The eval JSON of a finished arm, or None."""
-    folder = os.path.join(model_dir, "eval")
+    folder = os.path.join(model_dir, run_folders.EVAL)
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     found = [f for f in names if f.endswith(".json") and not re.search(r"_dim\d+\.json$", f)]  # not eval --dims
     return os.path.join(folder, found[-1]) if found else None

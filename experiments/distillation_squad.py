@@ -67,10 +67,10 @@ def bm25_eval(out: str) -> dict:
     path = f"{out}/bm25_test.json"
     if os.path.exists(path):
         return json.load(open(path))
-    from samtone_jax import tasks
     from samtone_jax.hard_negatives.teachers import BM25Teacher
+    from samtone_jax.tasks import catalogue
 
-    collection = tasks.load(TASK, "test")
+    collection = catalogue.collection(TASK, "test")
     doc_ids = sorted(collection.corpus)
     teacher = BM25Teacher()
     teacher.index([collection.corpus[d] for d in doc_ids])

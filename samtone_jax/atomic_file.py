@@ -21,10 +21,10 @@ import shutil
 import tempfile
 import uuid
 
-from samtone_jax import paths
+from samtone_jax import paths, run_folders
 from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
 
-MARKER = "commit_success.txt"  # the name orbax uses for the same purpose
+MARKER = run_folders.COMMIT_MARKER
 
 
 @contextlib.contextmanager

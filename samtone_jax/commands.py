@@ -13,18 +13,18 @@ def cmd_import_checkpoint(args, bindings) -> int:
     import gin
     import jax
 
-    from samtone_jax import configurables, gin_utils, paths
+    from samtone_jax import configurables, gin_utils, paths, run_folders
     from samtone_jax.checkpoints import import_params, save_params
 
     paths.check_bucket(args.dst, "--dst")
     src = paths.as_path(args.src)
     gin_files, gin_text = args.gin_file, None
     extra_bindings = []
-    if not gin_files and (src / "model.gin").exists():  # a `samtone export` folder describes its model
+    if not gin_files and (src / run_folders.MODEL_GIN).exists():  # a `samtone export` folder describes its model
         import json
 
-        gin_text = (src / "model.gin").read_text()
-        exported = json.loads((src / "samtone.json").read_text())  # keep its lengths for samtone_jax.load
+        gin_text = (src / run_folders.MODEL_GIN).read_text()
+        exported = json.loads((src / run_folders.EXPORT_JSON).read_text())  # keep its lengths for samtone_jax.load
         extra_bindings = [
             f"train.query_length = {exported['query_length']}",
             f"train.doc_length = {exported['doc_length']}",
@@ -35,8 +35,8 @@ def cmd_import_checkpoint(args, bindings) -> int:
         configurables.parse(gin_files, extra_bindings + args.gin_bindings + bindings)
     model = gin_utils.model()
     params, info = import_params(args.format, str(src), model, seed=args.seed)
-    vocabulary = src / "spiece.model"
-    extra = {"vocab.model": vocabulary.read_bytes()} if vocabulary.exists() else {}
+    vocabulary = src / run_folders.EXPORT_VOCABULARY
+    extra = {run_folders.VOCABULARY: vocabulary.read_bytes()} if vocabulary.exists() else {}
     out = save_params(args.dst, params, gin.config_str(), info, overwrite=args.overwrite, extra_files=extra)
     n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     print(
@@ -203,7 +203,7 @@ def cmd_export(args, bindings) -> int:
 
 def cmd_mine(args, bindings) -> int:
     from samtone_jax import paths
-    from samtone_jax.hard_negatives.guide import FalseNegativeFilter
+    from samtone_jax.data.false_negatives import FalseNegativeFilter
     from samtone_jax.hard_negatives.mining import mine
 
     paths.check_bucket(args.out, "--out")
@@ -305,15 +305,15 @@ def cmd_demo(args, bindings) -> int:
 
 
 def load_task(args):
-    from samtone_jax import tasks
+    from samtone_jax.tasks import catalogue
 
     if args.data_dir:
         os.environ["SAMTONE_DATA_DIR"] = args.data_dir
-    if args.task not in tasks.loaders():
-        raise BadValueError(f"unknown task {args.task!r}; registered tasks: {', '.join(tasks.task_names())}")
-    splits = tasks.loaders()[args.task][1]
+    if args.task not in catalogue.loaders():
+        raise BadValueError(f"unknown task {args.task!r}; registered tasks: {', '.join(catalogue.task_names())}")
+    splits = catalogue.loaders()[args.task][1]
     split = args.split or splits[0]
-    return split, tasks.load(args.task, split, args.skip_bad_records or None)  # None: gin decides
+    return split, catalogue.collection(args.task, split, args.skip_bad_records or None)  # None: gin decides
 
 
 def cmd_build_vocab(args, bindings) -> int:
@@ -339,18 +339,18 @@ def vocab_tasks(task: str) -> list[str]:
     """The tasks whose texts a vocabulary is trained on: `--task` names tasks and registered mixtures
     (their member tasks), comma-separated. Each task's texts count once, by its size (not by a
     mixture's rates); a task named twice is refused, as its texts would count double."""
-    from samtone_jax import tasks
+    from samtone_jax.tasks import catalogue
 
     names = []
     for name in (n.strip() for n in task.split(",")):
         if not name:
             continue
-        if name not in tasks.loaders() and name not in tasks.MIXTURES:
+        if name not in catalogue.loaders() and name not in catalogue.MIXTURES:
             raise BadValueError(
-                f"--task: unknown task or mixture {name!r}; registered tasks: {', '.join(tasks.task_names())}; "
-                f"mixtures: {', '.join(sorted(tasks.MIXTURES))}"
+                f"--task: unknown task or mixture {name!r}; registered tasks: {', '.join(catalogue.task_names())}; "
+                f"mixtures: {', '.join(sorted(catalogue.MIXTURES))}"
             )
-        names += [name] if name in tasks.loaders() else list(tasks.MIXTURES[name])
+        names += [name] if name in catalogue.loaders() else list(catalogue.MIXTURES[name])
     if not names:
         raise BadValueError(f"--task {task!r} names no task")
     twice = sorted({n for n in names if names.count(n) > 1})

@@ -59,7 +59,7 @@ def main(
     """The demo; `eval_queries` / `corpus_limit` shrink the evaluation (the gold definitions of the
     evaluated queries always stay in the corpus), `vocab_size` the vocabulary it builds (VOCAB_SIZE
     is bound to match) and `vocab_texts` the texts it is built from (an even sample; tests)."""
-    from samtone_jax import configurables, gin_utils, inference, paths, tasks
+    from samtone_jax import configurables, gin_utils, paths, run_folders
     from samtone_jax.atomic_file import write_atomic
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
     from samtone_jax.data import vocab as vocab_lib
@@ -67,10 +67,11 @@ def main(
     from samtone_jax.evaluation.run import dense_run
     from samtone_jax.inference import Encoder
     from samtone_jax.models import init_params
+    from samtone_jax.tasks import catalogue
 
     start = time.time()
     model_dir = paths.as_str(MODEL_DIR)
-    vocab_path = paths.join(model_dir, "vocab.model")
+    vocab_path = paths.join(model_dir, run_folders.VOCABULARY)
     run_bindings = [
         f"MODEL_DIR = '{model_dir}'",
         f"VOCABULARY = '{vocab_path}'",
@@ -79,7 +80,7 @@ def main(
     ]
     configurables.parse([DEMO_GIN, *gin_files], run_bindings)  # fail on a bad binding before any work
     if not paths.as_path(vocab_path).exists():
-        texts = tasks.load("wordnet_definitions", "train").texts()
+        texts = catalogue.collection("wordnet_definitions", "train").texts()
         if vocab_texts is not None:
             texts = texts[:: max(1, len(texts) // vocab_texts)]
         vocab_lib.train_sentencepiece(texts, vocab_size, vocab_path)
@@ -89,10 +90,10 @@ def main(
 
     # Evaluation: held-out example sentences against every definition.
     model = gin_utils.model()
-    last = max(inference.checkpoint_steps(model_dir))
-    trained = restore_on_one_device(paths.as_path(model_dir) / "checkpoints" / str(last) / "state")["params"]
+    last = max(run_folders.complete_steps(model_dir))
+    trained = restore_on_one_device(run_folders.state(model_dir, last))["params"]
     untrained = nn.unbox(init_params(model, jax.random.PRNGKey(0)))
-    test = tasks.load("wordnet_definitions", "test")
+    test = catalogue.collection("wordnet_definitions", "test")
     query_ids = _held_out_queries(test, eval_queries)
     doc_ids = sorted(test.corpus)
     if corpus_limit is not None:
@@ -114,6 +115,6 @@ def main(
     for name, m in results.items():
         print(f"{name:34s} {m['P@1']:7.3f} {m['RR']:7.3f} {m['R@10']:7.3f}")
     record = {"queries": len(queries), "corpus": len(corpus), "step": last, "results": results}
-    write_atomic(paths.join(model_dir, "eval.json"), json.dumps(record, indent=2))
+    write_atomic(paths.join(model_dir, run_folders.DEMO_RESULTS), json.dumps(record, indent=2))
     print(f"\ndone in {time.time() - start:.0f}s; results in {model_dir}/eval.json")
     return 0

@@ -7,7 +7,7 @@
 
 Peak activation memory is that of one chunk; the result equals the plain step's loss and
 gradients (to float tolerance), dropout included, because every example's dropout key depends
-on its index only (samtone_jax/encoding.py). Chunks interleave the data shards (chunk j takes
+on its index only (samtone_jax/batch_embeddings.py). Chunks interleave the data shards (chunk j takes
 rows j·c..(j+1)·c−1 of *every* device's slice), so each device works on every chunk.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from samtone_jax.encoding import assemble, encode, inputs
+from samtone_jax.batch_embeddings import assemble, inputs
 from samtone_jax.errors import BadValueError
 
 
@@ -57,7 +57,7 @@ def loss_and_grads(
         chunks[x.name] = (x.side, arrays, to_chunks(jnp.arange(rows), n, num_shards))
 
     def embed(p, side, arrays, index):
-        return encode(model, p, arrays, side, rng, index, max_segments)
+        return embed(model, p, arrays, side, rng, index, max_segments)
 
     frozen = jax.lax.stop_gradient(params)
     outputs = {}

@@ -20,14 +20,11 @@ import json
 
 import numpy as np
 
-from samtone_jax import paths
+from samtone_jax import paths, run_folders
 from samtone_jax.atomic_file import require_complete
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.errors import BadValueError, MissingFileError
-from samtone_jax.evaluation.encode import TextEncoder
-
-VOCAB_FILE = "vocab.model"
-EXPORT_JSON = "samtone.json"
+from samtone_jax.text_embedder import TextEmbedder
 
 
 class Encoder:
@@ -60,7 +57,7 @@ class Encoder:
         self.matryoshka_dims = tuple(matryoshka_dims) if matryoshka_dims else None
         # {task: (query prompt, document prompt)} of a run with per-task prompts (written into an export).
         self.task_prompts = dict(task_prompts or {})
-        self._encoder = TextEncoder(
+        self._encoder = TextEmbedder(
             model, params, vocabulary, mesh, batch_size, packing_max_segments=packing_max_segments
         )
 
@@ -95,42 +92,34 @@ class Encoder:
         )
 
 
-def checkpoint_steps(model_dir) -> list[int]:
-    """The complete steps saved under MODEL_DIR/checkpoints (local or gs://), ascending. Locally
-    orbax renames a finished step into place; on gs:// it writes the step in place and its
-    commit_success.txt last, so a step without one is still being written (or was cut off)."""
-    directory = paths.as_path(model_dir) / "checkpoints"
-    if not directory.is_dir():
-        return []
-    steps = [d for d in directory.iterdir() if d.name.isdigit()]
-    if paths.is_remote(directory):
-        steps = [d for d in steps if (d / "commit_success.txt").exists()]
-    return sorted(int(d.name) for d in steps)
-
-
 def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
     """(kind 'train' | 'params' | 'export', the directory holding the gin config, step) for `path`
-    (local or gs://). A parameter checkpoint or export must carry its commit marker."""
+    (local or gs://). A step, parameter checkpoint or export must be complete."""
     path = paths.as_path(path)
     if not path.is_dir():
         raise MissingFileError(f"{path} does not exist (expected a MODEL_DIR or a checkpoint directory)")
-    if (path / "state").is_dir() and path.name.isdigit():  # MODEL_DIR/checkpoints/N
+    kind = run_folders.kind(path)
+    if kind == "step":  # MODEL_DIR/checkpoints/N
         if step is not None and step != int(path.name):
             raise BadValueError(f"{path} is the checkpoint of step {path.name}, not step {step}")
-        if paths.is_remote(path) and not (path / "commit_success.txt").exists():
-            raise MissingFileError(f"{path} is an incomplete checkpoint (no commit_success.txt): use an earlier step")
+        if not run_folders.is_complete_step(path):
+            raise MissingFileError(
+                f"{path} is an incomplete checkpoint (no {run_folders.COMMIT_MARKER}): use an earlier step"
+            )
         return "train", str(path.parent.parent), int(path.name)
-    if (path / "checkpoints").is_dir():
-        steps = checkpoint_steps(path)
+    if kind == "run":
+        steps = run_folders.complete_steps(path)
         if not steps:
-            raise MissingFileError(f"no checkpoint in {path}/checkpoints: train first (samtone train)")
+            raise MissingFileError(f"no checkpoint in {run_folders.checkpoints(path)}: train first (samtone train)")
         if step is not None and step not in steps:
-            raise MissingFileError(f"no checkpoint for step {step} in {path}/checkpoints; available: {steps}")
+            raise MissingFileError(
+                f"no checkpoint for step {step} in {run_folders.checkpoints(path)}; available: {steps}"
+            )
         return "train", str(path), steps[-1] if step is None else step
-    if (path / "params").is_dir():
+    if kind == "params":
         require_complete(path, "parameter checkpoint")
         return "params", str(path), None
-    if (path / EXPORT_JSON).exists():
+    if kind == "export":
         require_complete(path, "export")
         return "export", str(path), None
     raise MissingFileError(
@@ -142,7 +131,7 @@ def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
 def _vocabulary_path(directory: str, explicit: str | None, settings: dict) -> str | None:
     if explicit:
         return explicit
-    local = paths.as_path(directory) / VOCAB_FILE
+    local = paths.as_path(directory) / run_folders.VOCABULARY
     if local.exists():
         return str(local)
     named = settings.get("train.vocabulary")
@@ -170,7 +159,7 @@ def load(
 
     Query / document lengths default to the run's `train.query_length` / `train.doc_length`; the
     prompts to the run's (those of `task` when the run set per-task prompts).
-    `packing_max_segments` S: texts packed up to S a row (evaluation/encode.py), the same
+    `packing_max_segments` S: texts packed up to S a row (text_embedder.py), the same
     embeddings with less padding; `batch_size` then counts rows.
     """
     from samtone_jax import gin_utils
@@ -180,11 +169,11 @@ def load(
     kind, directory, step = resolve(path, step)
     root = paths.as_path(directory)
     if kind == "train":
-        config = root / "config.gin"
+        config = root / run_folders.CONFIG_GIN
         if not config.exists():
             raise MissingFileError(f"{config} not found: {directory} has checkpoints but no gin config")
         text = config.read_text()
-        params = restore_on_one_device(root / "checkpoints" / str(step) / "state")["params"]
+        params = restore_on_one_device(run_folders.state(root, step))["params"]
     elif kind == "export":
         return load_export(
             directory,
@@ -204,7 +193,7 @@ def load(
     vocabulary = _vocabulary_path(directory, vocabulary, settings)
     query_length = query_length or settings.get("train.query_length", 64)
     doc_length = doc_length or settings.get("train.doc_length", 128)
-    from samtone_jax.tasks import prompt_of
+    from samtone_jax.tasks.prompts import prompt_of
 
     # The prompts of `task`, else of the task the run trained on (its per-task ones, or the run-wide ones).
     query_prompt, document_prompt = prompt_of(task or settings.get("train.task"), settings)
@@ -244,7 +233,7 @@ def load_export(
     from samtone_jax.checkpoints.importer import import_export
 
     root = paths.as_path(directory)
-    info = json.loads((root / EXPORT_JSON).read_text())
+    info = json.loads((root / run_folders.EXPORT_JSON).read_text())
     model = gin_utils.model_from_gin_text(load_model_gin(directory))
     params, _ = import_export(directory, model)
     vocab = vocab_lib.tokens(vocabulary or str(root / info["vocabulary"]), info["extra_ids"])

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 import gin
 import jax
 
-from samtone_jax import gin_utils, paths, run_lock
+from samtone_jax import gin_utils, paths, run_folders, run_lock
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
 from samtone_jax.errors import BadValueError
@@ -70,7 +70,7 @@ def run_directory(model_dir: str, model, schedule: Schedule, config_text: str) -
     host = jax.process_index()
     with run_lock.held_by_process_0(model_dir, host, jax.process_count()):
         if host == 0:
-            write_atomic(model_dir / "config.gin", config_text)
+            write_atomic(model_dir / run_folders.CONFIG_GIN, config_text)
         yield model_dir
 
 
@@ -97,7 +97,7 @@ def run(
         should_stop, restore_signal_handlers = install_stop_flag()
         cleanup.callback(restore_signal_handlers)
         checkpointer = TrainCheckpointer(
-            model_dir / "checkpoints", schedule.checkpoint_every, schedule.keep_checkpoints
+            run_folders.checkpoints(model_dir), schedule.checkpoint_every, schedule.keep_checkpoints
         )
         cleanup.callback(checkpointer.close)  # after the progress logger: waits for a save in flight
         state = init_state(checkpointer.latest_step() is None)
@@ -125,7 +125,7 @@ def run(
         else:
             checkpointer.save(schedule.train_steps, state, force=True)
         if jax.process_index() == 0:
-            write_atomic(paths.as_path(model_dir) / "operative_config.gin", gin.operative_config_str())
+            write_atomic(paths.as_path(model_dir) / run_folders.OPERATIVE_CONFIG_GIN, gin.operative_config_str())
     return progress.last
 
 
@@ -174,10 +174,8 @@ def install_stop_flag():
 def check_existing_run(model_dir, model, train_steps: int, gin_name: str = "train") -> None:
     """Refuse, before anything is written, to continue a run in MODEL_DIR that this config cannot
     continue: another model (its config.gin says), or a run already past `train_steps`."""
-    from samtone_jax.inference import checkpoint_steps
-
-    steps = checkpoint_steps(model_dir)
-    config = model_dir / "config.gin"
+    steps = run_folders.complete_steps(model_dir)
+    config = model_dir / run_folders.CONFIG_GIN
     if not steps:
         return
     if config.exists():

@@ -24,13 +24,13 @@ import uuid
 
 import numpy as np
 
-from samtone_jax import paths
+from samtone_jax import paths, run_folders
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.errors import UserError
 
 log = logging.getLogger(__name__)
 
-LOCK = "lock.json"
+LOCK = run_folders.LOCK
 
 
 class RunLockedError(UserError, RuntimeError):

@@ -22,14 +22,14 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import distillation, grad_cache, loop, partitioning, paths
+from samtone_jax import distillation, grad_cache, loop, optimizer, partitioning, paths, run_folders
 from samtone_jax.atomic_file import write_atomic
+from samtone_jax.batch_embeddings import embed_batch
 from samtone_jax.checkpoints import load_params
-from samtone_jax.data.task_batches import TaskBatches, mixture_batches
-from samtone_jax.encoding import encode_batch
+from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.errors import BadValueError, MissingFileError
-from samtone_jax.hard_negatives.guide import FalseNegativeFilter
 from samtone_jax.models import init_params
+from samtone_jax.tasks.task_batches import TaskBatches, mixture_batches
 
 log = logging.getLogger(__name__)
 
@@ -47,36 +47,6 @@ def model_features(batch: dict[str, np.ndarray], id_masking: bool = True) -> dic
     id_masking the ids are dropped too: the loss then treats only the diagonal as positive."""
     keep = ("query_tokens", "doc_tokens", "negative_tokens", "teacher_scores", *(ID_FEATURES if id_masking else ()))
     return {k: (fold_ids(v) if k in ID_FEATURES else v) for k, v in batch.items() if k in keep}
-
-
-@gin.configurable
-def adafactor(
-    learning_rate: float = 1e-3,
-    train_steps: int = gin.REQUIRED,
-    warmup_steps: int = 0,
-    min_dim_size_to_factor: int = 32,
-):
-    """optax.adafactor with T5X's defaults (factored, decay 0.8, clipping 1.0, parameter scale) and
-    a linear decay from `learning_rate` to 0 at `train_steps`, after an optional linear warmup.
-
-    min_dim_size_to_factor 32 (optax's default is 128): our attention kernels are 3-D [embed, heads,
-    kv] and optax factors the two largest dimensions only when the second is ≥ this; with 128, a
-    T5.1.1 kernel (heads, kv ≤ 64) would keep a full second moment the size of the kernel (6 GB at
-    XXL) where T5X, storing it 2-D [embed, heads·kv], keeps factored row/column statistics."""
-    decay = optax.linear_schedule(learning_rate, 0.0, max(train_steps - warmup_steps, 1))
-    schedule = decay
-    if warmup_steps:
-        schedule = optax.join_schedules(
-            [optax.linear_schedule(0.0, learning_rate, warmup_steps), decay], [warmup_steps]
-        )
-    tx = optax.adafactor(
-        schedule,
-        decay_rate=0.8,
-        clipping_threshold=1.0,
-        multiply_by_parameter_scale=True,
-        min_dim_size_to_factor=min_dim_size_to_factor,
-    )
-    return tx, schedule
 
 
 def make_loss_on_embeddings(model, mesh, batch, loss_fn):
@@ -120,7 +90,7 @@ def make_train_step(
         else:
 
             def full(params):
-                return loss_on_embeddings(params, *encode_batch(model, params, batch, rng, max_segments))
+                return loss_on_embeddings(params, *embed_batch(model, params, batch, rng, max_segments))
 
             (loss, metrics), grads = jax.value_and_grad(full, has_aux=True)(state["params"])
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -135,7 +105,7 @@ def make_train_step(
 def make_eval_step(model, mesh, loss_fn):
     def step(params, batch):
         loss_on_embeddings = make_loss_on_embeddings(model, mesh, batch, loss_fn)
-        return loss_on_embeddings(params, *encode_batch(model, params, batch, None))[1]
+        return loss_on_embeddings(params, *embed_batch(model, params, batch, None))[1]
 
     return step
 
@@ -173,7 +143,7 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings):
     if kind == "train":
         from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
-        params = restore_on_one_device(paths.as_path(directory) / "checkpoints" / str(step) / "state")["params"]
+        params = restore_on_one_device(run_folders.state(directory, step))["params"]
     else:
         from samtone_jax.checkpoints import import_params
 
@@ -194,7 +164,7 @@ def _keep_vocabulary(vocabulary: str | None, model_dir) -> None:
     (no train.vocabulary) stays referenced by name."""
     if not vocabulary:
         return
-    source, target = paths.as_path(vocabulary), paths.as_path(model_dir) / "vocab.model"
+    source, target = paths.as_path(vocabulary), paths.as_path(model_dir) / run_folders.VOCABULARY
     if not source.exists():
         raise MissingFileError(f"train.vocabulary={vocabulary!r} not found (as {source}): fix VOCABULARY")
     if source == target:
@@ -283,7 +253,7 @@ def train(
     summed over the embeddings truncated to each k and re-normalised (matryoshka.py), so the first
     k dimensions serve alone (`samtone eval --dims`).
 
-    `task_batches` (data/task_batches.TaskBatches; TASK a mixture): every batch from one member
+    `task_batches` (tasks/task_batches.TaskBatches; TASK a mixture): every batch from one member
     task, drawn by the rates from (seed, step), with per-task batch sizes and in-batch negatives;
     per-task loss and accuracy are logged as task/<name>/loss, task/<name>/accuracy.
     """
@@ -316,7 +286,7 @@ def train(
     if teacher_guide is not None and not id_masking:
         raise BadValueError("train.teacher_guide masks by document ids: it needs train.id_masking = True")
     teacher = registration_features(teacher_scores, teacher_guide, contrastive_weight)
-    tx, lr_schedule = adafactor(train_steps=train_steps)
+    tx, lr_schedule = optimizer.adafactor(train_steps=train_steps)
     hosts, host = jax.process_count(), jax.process_index()
     if batch_size % mesh.shape["data"] or batch_size % hosts:
         raise BadValueError(

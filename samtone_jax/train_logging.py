@@ -14,7 +14,7 @@ import time
 import jax
 import numpy as np
 
-from samtone_jax import paths
+from samtone_jax import paths, run_folders
 from samtone_jax.errors import UserError
 from samtone_jax.event_writer import EventWriter
 
@@ -31,8 +31,8 @@ class ProgressLogger:
     ):
         writes = jax.process_index() == 0  # one writer of summaries
         model_dir = paths.as_path(model_dir)
-        self.train_writer = EventWriter(model_dir / "train", start_step) if writes else None
-        self.eval_writer = EventWriter(model_dir / "eval", start_step) if writes else None
+        self.train_writer = EventWriter(model_dir / run_folders.TRAIN_EVENTS, start_step) if writes else None
+        self.eval_writer = EventWriter(model_dir / run_folders.EVAL, start_step) if writes else None
         self.total, self.batch, self.every = total_steps, global_batch, max(log_every, 1)
         self.checkpointer = checkpointer
         self.pending: list[tuple[int, dict]] = []

@@ -109,10 +109,10 @@ _SQUAD_VOCAB: list = []
 
 def _squad_dev_vocab(tmp_path_factory):
     if not _SQUAD_VOCAB:
-        from samtone_jax import tasks
         from samtone_jax.data import vocab as vocab_lib
+        from samtone_jax.tasks import catalogue
 
-        collection = tasks.load("multireqa_squad_dev", "all")
+        collection = catalogue.collection("multireqa_squad_dev", "all")
         path = tmp_path_factory.mktemp("squad_vocab") / "vocab.model"
         vocab_lib.train_sentencepiece(collection.texts(), 2000, str(path))
         _SQUAD_VOCAB.append(path)

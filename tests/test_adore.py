@@ -117,8 +117,9 @@ def test_quantised_indexes_keep_most_of_the_top_10():
 def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(trained_run, wordnet_env, gcs):
     """... into a gs:// MODEL_DIR (the emulator): index shards, checkpoints and config in the bucket."""
     import samtone_jax
-    from samtone_jax import cli, configurables, paths, tasks
+    from samtone_jax import cli, configurables, paths
     from samtone_jax.evaluation import search
+    from samtone_jax.tasks import catalogue
 
     model_dir = f"{gcs.bucket()}/adore"
     argv = [
@@ -140,7 +141,7 @@ def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(trained_
     assert {"config.gin", "vocab.model", "checkpoints", "index", "train"} <= {
         p.name for p in paths.as_path(model_dir).iterdir()
     }
-    collection = tasks.load("wordnet_definitions", "all")
+    collection = catalogue.collection("wordnet_definitions", "all")
     queries = [collection.queries[q] for q in sorted(collection.queries)]
     corpus = [collection.corpus[d] for d in sorted(collection.corpus)]
     # The document side (and so the index) is frozen; the query side moved.

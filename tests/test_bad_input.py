@@ -20,8 +20,9 @@ import signal
 import pytest
 from conftest import tiny_train_argv
 
-from samtone_jax import cli, configurables, tasks
+from samtone_jax import cli, configurables
 from samtone_jax.data import records
+from samtone_jax.tasks import catalogue
 
 
 def _beir(root, corpus=None, queries=None, qrels="query-id\tcorpus-id\tscore\nq1\td1\t1\n"):
@@ -37,7 +38,7 @@ def _beir(root, corpus=None, queries=None, qrels="query-id\tcorpus-id\tscore\nq1
 
 
 def _fresh_task_cache():
-    tasks._load_cached.cache_clear()
+    catalogue._load_cached.cache_clear()
 
 
 # 1. A binding of the wrong type fails at parse time, naming the binding; nothing is created.
@@ -101,11 +102,11 @@ def test_4_8_a_non_utf8_line_names_file_and_line_and_gin_can_skip_it(tmp_path, m
     monkeypatch.setenv("SAMTONE_DATA_DIR", str(tmp_path))
     _fresh_task_cache()
     with pytest.raises(records.BadRecordError, match=r"corpus.jsonl:2: UnicodeDecodeError.*skip_bad_records.enabled"):
-        tasks.load("beir_scifact", "test")
+        catalogue.collection("beir_scifact", "test")
     configurables.parse([], ["skip_bad_records.enabled = True"])
     try:
         _fresh_task_cache()
-        collection = tasks.load("beir_scifact", "test")
+        collection = catalogue.collection("beir_scifact", "test")
         assert sorted(collection.corpus) == ["d1", "d3"] and collection.stats["bad_records"] == 1
     finally:
         configurables.parse([], [])
@@ -118,7 +119,7 @@ def test_5_a_qrel_of_an_unknown_document_is_counted_and_warned(tmp_path, monkeyp
     monkeypatch.setenv("SAMTONE_DATA_DIR", str(tmp_path))
     _fresh_task_cache()
     with caplog.at_level("WARNING"):
-        collection = tasks.load("beir_scifact", "test")
+        collection = catalogue.collection("beir_scifact", "test")
     assert collection.stats["qrels_with_missing_document"] == 1
     assert "1 qrels with missing document" in caplog.text
     _fresh_task_cache()
@@ -137,7 +138,7 @@ def test_6_7_an_empty_corpus_or_header_only_qrels_is_named(tmp_path, monkeypatch
     monkeypatch.setenv("SAMTONE_DATA_DIR", str(tmp_path))
     _fresh_task_cache()
     with pytest.raises(ValueError, match=message):
-        tasks.load("beir_scifact", "test")
+        catalogue.collection("beir_scifact", "test")
     _fresh_task_cache()
 
 

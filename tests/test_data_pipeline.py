@@ -10,10 +10,10 @@ import pytest
 import seqio
 from official_formats import MORE_SENSES, write_msmarco, write_wordnet
 
-from samtone_jax import cli, tasks
+from samtone_jax import cli
 from samtone_jax.data import pipeline, sentencepiece_tokens
 from samtone_jax.data import vocab as vocab_lib
-from samtone_jax.tasks import registration
+from samtone_jax.tasks import catalogue, prompts, registration
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def fixture_tasks(tmp_path, monkeypatch):
     texts = [
         t
         for n in ("wordnet_definitions", "msmarco_passage")
-        for c in [tasks.load(n, tasks.LOADERS[n][1][0])]
+        for c in [catalogue.collection(n, catalogue.LOADERS[n][1][0])]
         for t in list(c.queries.values()) + list(c.corpus.values())
     ]
     vocab_path = tmp_path / "fixture.model"
@@ -59,7 +59,7 @@ def test_features_are_truncated_with_eos_and_padded(fixture_tasks):
         assert ids[-1] == 1 and 1 not in ids[:-1]  # exactly one EOS, at the end of the text
         assert bool(truncated) == (len(ids) == 12)
     long_text = "definition number 7 of a thing"
-    tokens, truncated = sentencepiece_tokens.encode_texts(vocabulary, [long_text, "thing"], 5)  # seqio -> light
+    tokens, truncated = sentencepiece_tokens.tokenize_texts(vocabulary, [long_text, "thing"], 5)  # seqio -> light
     full = vocabulary.encode(long_text)
     assert list(tokens[0]) == full[:4] + [1] and truncated[0] == 1
     short = vocabulary.encode("thing")
@@ -136,9 +136,9 @@ def test_mixture_of_tasks(fixture_tasks):
 
 def test_unknown_task_lists_the_registered_names():
     with pytest.raises(ValueError, match="unknown task 'wordnet'.*wordnet_definitions"):
-        tasks.load("wordnet", "train")
+        catalogue.collection("wordnet", "train")
     with pytest.raises(ValueError, match="has splits"):
-        tasks.load("wordnet_definitions", "validation")
+        catalogue.collection("wordnet_definitions", "validation")
 
 
 def test_build_vocab_is_deterministic_and_data_stats_reports_duplicates(fixture_tasks, tmp_path, capsys):
@@ -167,7 +167,10 @@ def test_build_vocab_over_several_tasks_or_a_mixture(fixture_tasks, tmp_path, ca
     argv = ["build-vocab", "--task=wordnet_definitions, msmarco_passage", "--vocab_size=60", f"--out={both}"]
     assert cli.main(argv) == 0
     assert "wordnet_definitions/train + msmarco_passage/train" in capsys.readouterr().out
-    texts = tasks.load("wordnet_definitions", "train").texts() + tasks.load("msmarco_passage", "train").texts()
+    texts = (
+        catalogue.collection("wordnet_definitions", "train").texts()
+        + catalogue.collection("msmarco_passage", "train").texts()
+    )
     vocab_lib.train_sentencepiece(texts, 60, str(alone))  # the same texts in the same order, by hand
     assert both.read_bytes() == alone.read_bytes()
     assert cli.main(["build-vocab", "--task=wordnet_definitions", "--vocab_size=60", f"--out={alone}"]) == 0
@@ -188,18 +191,18 @@ def test_build_vocab_over_several_tasks_or_a_mixture(fixture_tasks, tmp_path, ca
 
 
 def test_prompts_go_before_every_text_and_leave_the_ids_alone(fixture_tasks):
-    from samtone_jax import configurables, tasks
+    from samtone_jax import configurables
 
     plain = registration.examples("wordnet_definitions", "all", 0)
     configurables.parse([], ["prompts.query = 'query: '", "prompts.document = 'passage: '"])
     try:
         prompted = registration.examples("wordnet_definitions", "all", 0)
-        assert tasks.prompt_of("wordnet_definitions") == ("query: ", "passage: ")
+        assert prompts.prompt_of("wordnet_definitions") == ("query: ", "passage: ")
         configurables.parse([], ["prompts.per_task = {'wordnet_definitions': ('define: ', '')}"])
         per_task = registration.examples("wordnet_definitions", "all", 0)
         configurables.parse([], ["prompts.per_task = {'wordnet_definitions': 'define: '}"])
         with pytest.raises(ValueError, match=r"prompts.per_task\['wordnet_definitions'\] must be a \(query prompt"):
-            tasks.prompt_of("wordnet_definitions")
+            prompts.prompt_of("wordnet_definitions")
     finally:
         configurables.parse([], [])
     assert list(prompted["query"]) == ["query: " + t for t in plain["query"]]
@@ -221,7 +224,7 @@ def _mixture(rates=(3.0, 1.0)):
 
 
 def _task_batches(config, steps, start=0, seed=5, hosts=1, host=0):
-    from samtone_jax.data import task_batches
+    from samtone_jax.tasks import task_batches
 
     dataset = functools.partial(
         pipeline.train_dataset, query_length=8, doc_length=12, seed=seed, shard_index=host, num_shards=hosts
@@ -241,7 +244,7 @@ def _task_batches(config, steps, start=0, seed=5, hosts=1, host=0):
 
 
 def test_task_homogeneous_batches_come_from_one_task_at_the_rates_and_resume_exactly(fixture_tasks):
-    from samtone_jax.data.task_batches import TaskBatches, one_example_id, probabilities, task_sequence
+    from samtone_jax.tasks.task_batches import TaskBatches, one_example_id, probabilities, task_sequence
 
     ids = {
         n: set(registration.examples(n, "train")["query_id"].tolist())
@@ -272,7 +275,7 @@ def test_task_homogeneous_batches_come_from_one_task_at_the_rates_and_resume_exa
 
 
 def test_task_batches_refuse_unknown_tasks_and_bad_rates(fixture_tasks):
-    from samtone_jax.data.task_batches import TaskBatches, probabilities
+    from samtone_jax.tasks.task_batches import TaskBatches, probabilities
 
     with pytest.raises(ValueError, match="rates='uniform' must be one of"):
         TaskBatches(rates="uniform")
@@ -316,7 +319,7 @@ def test_training_on_task_homogeneous_batches_logs_each_tasks_loss(fixture_tasks
 def test_the_task_draw_is_splitmix64_of_seed_and_step():
     """Pinned to the published splitmix64 (Steele et al. 2014), written here in plain Python, so the
     task of a step cannot change with a NumPy version (hosts and resumed runs must agree)."""
-    from samtone_jax.data.task_batches import _uniform
+    from samtone_jax.tasks.task_batches import _uniform
 
     def splitmix64(x):
         mask, z = (1 << 64) - 1, (x + 0x9E3779B97F4A7C15) & ((1 << 64) - 1)
@@ -379,9 +382,9 @@ def test_a_tfds_dataset_is_a_task_like_any_other(tfds_task):
 
     from samtone_jax import configurables
 
-    collection = tasks.load("toy_tfds", "train")
+    collection = catalogue.collection("toy_tfds", "train")
     pairs = sorted((collection.queries[q], collection.corpus[d]) for q, d in collection.pairs())
-    assert pairs == sorted(TFDS_PAIRS[:6]) and len(tasks.load("toy_tfds", "test").queries) == 2
+    assert pairs == sorted(TFDS_PAIRS[:6]) and len(catalogue.collection("toy_tfds", "test").queries) == 2
     batch = next(
         pipeline.train_dataset("toy_tfds", "train", batch_size=3, query_length=8, doc_length=12).as_numpy_iterator()
     )
@@ -395,4 +398,4 @@ def test_a_tfds_dataset_is_a_task_like_any_other(tfds_task):
     bad = dict(tfds_task, document="context/text")
     configurables.parse([], [f"tfds_tasks.tasks = {{'toy_tfds_bad': {bad!r}}}"])
     with pytest.raises(ValueError, match=r"has no feature 'context/text'.*fix tfds_tasks.tasks"):
-        tasks.load("toy_tfds_bad", "train")
+        catalogue.collection("toy_tfds_bad", "train")

@@ -99,7 +99,7 @@ def test_msmarco_official_files(tmp_path, negatives):
     assert c.corpus == {"0": "The sky is blue.", "1": "Grass is green.", "2": "Snow is white."}
     assert c.stats["empty_documents"] == 1
     assert c.pairs() == [("10", "0"), ("11", "1")]
-    c.check("msmarco_passage/train")  # what tasks.load runs: counts the judgements it cannot use
+    c.check("msmarco_passage/train")  # what catalogue.collection runs: counts the judgements it cannot use
     assert c.stats["qrels_with_missing_document"] == 1
     assert c.hard_negatives == {"10": ["1", "2"], "11": ["0", "2"]}
     assert c.stats["negatives_with_missing_document"] == (1 if negatives == "tsv" else 0)

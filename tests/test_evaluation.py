@@ -98,9 +98,10 @@ def test_eval_command_on_real_squad_dev_is_near_chance_and_consistent(tmp_path, 
 
     import ir_measures
 
-    from samtone_jax import cli, tasks
+    from samtone_jax import cli
+    from samtone_jax.tasks import catalogue
 
-    collection = tasks.load("multireqa_squad_dev", "all")
+    collection = catalogue.collection("multireqa_squad_dev", "all")
     vocab_path = squad_dev
     common = [
         "--gin_file=models/t5_1_1_tiny.gin",
@@ -192,9 +193,9 @@ def test_eval_compare_and_analyze_commands_on_a_trained_run(trained_run, wordnet
     ]
     capsys.readouterr()
     assert cli.main(["eval", *eval_flags]) == 0
-    from samtone_jax import tasks
+    from samtone_jax.tasks import catalogue
 
-    corpus = tasks.load("wordnet_definitions", "all").corpus
+    corpus = catalogue.collection("wordnet_definitions", "all").corpus
     assert f"encoding documents: {len(corpus):,}/{len(corpus):,} texts (100.0%)" in capsys.readouterr().err
     path = trained_run / "eval" / "wordnet_definitions_all_step2.json"
     saved = json.loads(path.read_text())
@@ -251,7 +252,8 @@ def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run
     import shutil
 
     import samtone_jax
-    from samtone_jax import cli, tasks
+    from samtone_jax import cli
+    from samtone_jax.tasks import catalogue
 
     run = tmp_path / "run"
     # a copy without the fixture's eval folder: other tests' embeddings there name the fixture's path
@@ -262,7 +264,7 @@ def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run
         "--gin.evaluate.split='all'",
     ]
     assert cli.main(["eval", *flags, "--dims", "4,16"]) == 0
-    collection = tasks.load("wordnet_definitions", "all")
+    collection = catalogue.collection("wordnet_definitions", "all")
     model = samtone_jax.load(str(run))
     query_ids, doc_ids = sorted(collection.queries), sorted(collection.corpus)
     q = model.encode_queries([collection.queries[i] for i in query_ids])

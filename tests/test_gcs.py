@@ -172,9 +172,9 @@ def test_eval_encode_export_mine_analyze_compare_and_load_on_a_bucket(gcs, train
     from samtone_jax.evaluation import embedding_store
 
     ids, q = embedding_store.load_shards(f"{bucket}/emb/queries")
-    from samtone_jax import tasks
+    from samtone_jax.tasks import catalogue
 
-    queries = tasks.load("wordnet_definitions", "all").queries
+    queries = catalogue.collection("wordnet_definitions", "all").queries
     np.testing.assert_allclose(q, local.encode_queries([queries[i] for i in ids]), rtol=1e-5, atol=1e-6)
 
     assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--dst={bucket}/export"]) == 0

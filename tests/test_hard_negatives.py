@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import toy_collection
 
+from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.hard_negatives import mining
-from samtone_jax.hard_negatives.guide import FalseNegativeFilter
 
 
 def test_select_excludes_positives_and_honours_ranks_and_the_false_negative_filter():
@@ -73,17 +73,17 @@ def test_bm25_mining_writes_the_file_the_tasks_read(tmp_path):
 
 
 def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
-    from samtone_jax import configurables, tasks
-    from samtone_jax.tasks import registration
+    from samtone_jax import configurables
+    from samtone_jax.tasks import catalogue, registration
 
-    collection = tasks.load("wordnet_definitions", "all")
+    collection = catalogue.collection("wordnet_definitions", "all")
     qid = sorted(collection.queries)[0]
     docs = [d for d in sorted(collection.corpus) if d not in collection.qrels[qid]][:2]
     path = tmp_path / "mined.tsv"
     path.write_text(f"{qid}\t{docs[0]},{docs[1]},not_a_document\n")
     configurables.parse([], [f"hard_negatives_file.path = '{path}'"])
     try:
-        with_negatives = tasks.load("wordnet_definitions", "all")
+        with_negatives = catalogue.collection("wordnet_definitions", "all")
         assert with_negatives.hard_negatives == {qid: docs}  # the unknown id is dropped and counted
         assert with_negatives.stats["negatives_with_missing_document"] == 1
         columns = registration.examples("wordnet_definitions", "all", num_negatives=2)
@@ -93,7 +93,8 @@ def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
 
 
 def test_dense_mining_command_excludes_positives(trained_run, wordnet_env, tmp_path, capsys):
-    from samtone_jax import cli, tasks
+    from samtone_jax import cli
+    from samtone_jax.tasks import catalogue
 
     out = tmp_path / "dense.tsv"
     argv = [
@@ -106,7 +107,7 @@ def test_dense_mining_command_excludes_positives(trained_run, wordnet_env, tmp_p
         "--range_max=10",
     ]
     assert cli.main(argv) == 0
-    collection = tasks.load("wordnet_definitions", "all")
+    collection = catalogue.collection("wordnet_definitions", "all")
     rows = dict(line.rstrip("\n").split("\t") for line in open(out))
     assert rows and all(not set(d.split(",")) & set(collection.qrels[q]) for q, d in rows.items())
     assert all(len(d.split(",")) <= 3 for d in rows.values())

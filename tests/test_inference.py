@@ -14,7 +14,7 @@ import pytest
 import samtone_jax
 from samtone_jax import cli, partitioning
 from samtone_jax.evaluation import embedding_store
-from samtone_jax.evaluation.encode import TextEncoder
+from samtone_jax.text_embedder import TextEmbedder
 
 TEXTS = [
     "a dog barked at the mailman",
@@ -52,7 +52,7 @@ def _assert_light_ids_are_the_pipelines(vocab_path, texts, pieces, exact=True):
         seqio_vocabulary = vocab_lib.vocabulary(str(vocab_path), extra_ids)
         assert [light.encode(t) for t in texts] == [list(seqio_vocabulary.encode(t)) for t in texts]
         for length in (5, 48):
-            ours, truncated = light.encode_batch(texts, length)
+            ours, truncated = light.tokenize_batch(texts, length)
             pipeline = _pipeline_tokens(vocab_path, extra_ids, texts, length)
             differ = [i for i in range(len(texts)) if not np.array_equal(ours[i], pipeline[i])]
             assert len(differ) <= (0 if exact else len(texts) // 1000), [texts[i] for i in differ[:3]]
@@ -75,9 +75,9 @@ def test_the_light_tokeniser_gives_the_training_pipelines_ids(wordnet_data):
 
 @pytest.mark.slow
 def test_the_light_tokeniser_gives_the_pipelines_ids_on_real_squad(squad_dev):
-    from samtone_jax import tasks
+    from samtone_jax.tasks import catalogue
 
-    squad = tasks.load("multireqa_squad_dev", "all")
+    squad = catalogue.collection("multireqa_squad_dev", "all")
     texts = [*list(squad.queries.values())[:1500], *list(squad.corpus.values())[:1500], *EDGE_TEXTS]
     _assert_light_ids_are_the_pipelines(squad_dev, texts, 2000, exact=False)
 
@@ -131,9 +131,9 @@ def test_encoding_sharded_over_eight_devices_equals_one_device(trained_run):
 def test_length_buckets_give_the_full_length_embeddings_in_input_order(trained_run, monkeypatch):
     encoder = samtone_jax.load(str(trained_run))
     texts = TEXTS + ["dog", "a b c d e f g h i j k"]
-    tokens, _ = encoder.vocabulary.encode_batch(texts, 12)
-    full = TextEncoder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=1)
-    bucketed = TextEncoder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=4)
+    tokens, _ = encoder.vocabulary.tokenize_batch(texts, 12)
+    full = TextEmbedder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=1)
+    bucketed = TextEmbedder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=4)
     lengths = []
     encode_tokens = bucketed.encode_tokens
     monkeypatch.setattr(bucketed, "encode_tokens", lambda t, *a: lengths.append(t.shape[1]) or encode_tokens(t, *a))
@@ -149,11 +149,11 @@ def test_packed_encoding_gives_the_unpacked_embeddings_in_input_order(trained_ru
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
     encoder = samtone_jax.load(str(trained_run))
     texts = TEXTS * 3 + ["", "dog", "a b c d e f g h i j k l m n o p q"]  # the last one fills its row
-    tokens, _ = encoder.vocabulary.encode_batch(texts, 12)
+    tokens, _ = encoder.vocabulary.tokenize_batch(texts, 12)
     args = (encoder.model, encoder.params, encoder.vocabulary)
-    full = TextEncoder(*args, batch_size=4, length_buckets=1)
+    full = TextEmbedder(*args, batch_size=4, length_buckets=1)
     mesh = partitioning.create_mesh() if devices == 8 else None
-    packed = TextEncoder(*args, mesh, batch_size=2, packing_max_segments=3)
+    packed = TextEmbedder(*args, mesh, batch_size=2, packing_max_segments=3)
     rows = []
     encode_tokens = packed.encode_tokens
     monkeypatch.setattr(packed, "encode_tokens", lambda t, *a: rows.append(len(t)) or encode_tokens(t, *a))
@@ -164,7 +164,7 @@ def test_packed_encoding_gives_the_unpacked_embeddings_in_input_order(trained_ru
 
 
 def test_next_fit_rows_by_hand():
-    from samtone_jax.evaluation.encode import next_fit_rows
+    from samtone_jax.text_embedder import next_fit_rows
 
     order, row, index = next_fit_rows(np.array([5, 3, 0, 7, 2]), 8, 2)
     assert order.tolist() == [2, 4, 1, 0, 3] and row.tolist() == [0, 0, 1, 1, 2] and index.tolist() == [0, 1, 0, 1, 0]
@@ -247,12 +247,12 @@ def test_non_finite_embeddings_are_refused_and_nothing_is_written(tmp_path):
 
 
 def test_encode_command_writes_queries_and_documents_and_reruns_as_a_no_op(trained_run, wordnet_env):
-    from samtone_jax import tasks
+    from samtone_jax.tasks import catalogue
 
     argv = ["encode", f"--checkpoint={trained_run}", "--task=wordnet_definitions", "--split=all", "--shard_size=5"]
     assert cli.main(argv) == 0
     out = trained_run / "embeddings" / "wordnet_definitions_all_step2"
-    collection = tasks.load("wordnet_definitions", "all")
+    collection = catalogue.collection("wordnet_definitions", "all")
     ids, docs = embedding_store.load_shards(str(out / "documents"))
     assert ids == sorted(collection.corpus)
     expected = samtone_jax.load(str(trained_run)).encode_documents([collection.corpus[i] for i in ids])
@@ -279,7 +279,7 @@ def test_atomic_open_leaves_the_old_file_or_the_new_one_never_a_mix(tmp_path):
 
 def test_init_checkpoint_may_be_a_model_dir_or_an_export(trained_run, tmp_path):
     """STAR / fine-tuning start from another run: its MODEL_DIR, a step directory, or an export."""
-    from samtone_jax import configurables, gin_utils, train
+    from samtone_jax import configurables, gin_utils, optimizer, train
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
     expected = restore_on_one_device(str(trained_run / "checkpoints" / "2" / "state"))["params"]
@@ -287,7 +287,7 @@ def test_init_checkpoint_may_be_a_model_dir_or_an_export(trained_run, tmp_path):
     assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--dst={export}"]) == 0
     configurables.parse([str(trained_run / "config.gin")])
     model = gin_utils.model()
-    tx, _ = train.adafactor(train_steps=2)
+    tx, _ = optimizer.adafactor(train_steps=2)
     mesh = partitioning.create_mesh()
     for source in (trained_run, trained_run / "checkpoints" / "2", export):
         state = train.initial_state(model, tx, mesh, seed=5, init_checkpoint=str(source))

@@ -198,19 +198,20 @@ def test_samtone_teacher_ranks_by_the_models_cosine(trained_run, tmp_path):
 @pytest.fixture
 def wordnet_scores(wordnet_env, tmp_path):
     """(the BM25 scores file of wordnet_definitions/all, its collection), attached through gin."""
-    from samtone_jax import cli, configurables, tasks
+    from samtone_jax import cli, configurables
+    from samtone_jax.tasks import catalogue
 
     out = tmp_path / "scores.jsonl"
     argv = ["score", "--teacher=bm25", "--task=wordnet_definitions", "--split=all", f"--out={out}", "--depth=4"]
     assert cli.main(argv) == 0
     configurables.parse([], [f"hard_negatives_file.path = '{out}'"])
-    yield out, tasks.load("wordnet_definitions", "all")
+    yield out, catalogue.collection("wordnet_definitions", "all")
     configurables.parse([], [])
 
 
 def test_scores_file_gives_the_examples_their_teacher_scores_and_guide_ids(wordnet_scores):
     from samtone_jax.data.collection import text_id
-    from samtone_jax.hard_negatives.guide import FalseNegativeFilter
+    from samtone_jax.data.false_negatives import FalseNegativeFilter
     from samtone_jax.tasks.registration import TeacherFeatures, examples
 
     out, collection = wordnet_scores
@@ -241,7 +242,7 @@ def test_scores_file_gives_the_examples_their_teacher_scores_and_guide_ids(wordn
 def test_teacher_features_travel_through_the_pipeline_packing_and_model_features(wordnet_scores, wordnet_data):
     from samtone_jax import train
     from samtone_jax.data import packing, pipeline
-    from samtone_jax.hard_negatives.guide import FalseNegativeFilter
+    from samtone_jax.data.false_negatives import FalseNegativeFilter
     from samtone_jax.tasks import registration
 
     teacher = registration.TeacherFeatures(True, FalseNegativeFilter(margin=0.5, max_ids=3))
@@ -272,10 +273,11 @@ def test_teacher_features_travel_through_the_pipeline_packing_and_model_features
 
 
 def test_a_mined_file_without_scores_cannot_feed_teacher_features(wordnet_env, tmp_path):
-    from samtone_jax import configurables, tasks
+    from samtone_jax import configurables
+    from samtone_jax.tasks import catalogue
     from samtone_jax.tasks.registration import TeacherFeatures, examples
 
-    collection = tasks.load("wordnet_definitions", "all")
+    collection = catalogue.collection("wordnet_definitions", "all")
     qid = sorted(collection.queries)[0]
     path = tmp_path / "mined.tsv"
     path.write_text(f"{qid}\t{','.join(d for d in sorted(collection.corpus) if d not in collection.qrels[qid])}\n")

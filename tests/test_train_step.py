@@ -9,8 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from samtone_jax import configurables, gin_utils, grad_cache, partitioning, train
-from samtone_jax.encoding import encode_batch
+from samtone_jax import configurables, gin_utils, grad_cache, optimizer, partitioning, train
+from samtone_jax.batch_embeddings import embed_batch
 
 
 def _batch(batch=16, k=0, seed=0, vocab=97):
@@ -40,7 +40,7 @@ def gin_tiny():
 def _one_step(model, mesh, batch, chunk=None, repeats=1, rules=partitioning.DEFAULT_RULES):
     """The parameters and metrics after one step from the initial state; with `repeats` > 1 the
     compiled step runs that many times in all, each giving the same loss."""
-    tx, schedule = train.adafactor(learning_rate=1e-2, train_steps=10)
+    tx, schedule = optimizer.adafactor(learning_rate=1e-2, train_steps=10)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None, rules=rules)
     step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk, gin_utils.contrastive_loss))
     batch = partitioning.host_to_global(mesh, batch)
@@ -74,7 +74,7 @@ def test_one_device_eight_devices_and_fsdp_take_the_same_step(gin_tiny):
     )
     assert moved > 1e-4
     # FSDP: the state is sharded, the step the same.
-    tx, _ = train.adafactor(learning_rate=1e-2, train_steps=10)
+    tx, _ = optimizer.adafactor(learning_rate=1e-2, train_steps=10)
     state = train.initial_state(gin_tiny, tx, mesh, seed=0, init_checkpoint=None, rules=partitioning.FSDP_RULES)
     scale = state["params"]["query_encoder"]["encoder_norm"]["scale"]
     assert scale.addressable_shards[0].data.shape == (32 // 8,)  # emb_dim 32 over 8 devices
@@ -99,7 +99,7 @@ def _grads(model, mesh, batch, chunk, loss=gin_utils.contrastive_loss):
         loss_fn = train.make_loss_on_embeddings(model, mesh, batch, loss)
         if chunk:
             return grad_cache.loss_and_grads(model, params, batch, rng, loss_fn, chunk, shards)
-        return jax.value_and_grad(lambda p: loss_fn(p, *encode_batch(model, p, batch, rng)), has_aux=True)(params)
+        return jax.value_and_grad(lambda p: loss_fn(p, *embed_batch(model, p, batch, rng)), has_aux=True)(params)
 
     return jax.jit(run), params, batch
 
@@ -216,7 +216,7 @@ def test_init_checkpoint_provides_the_starting_parameters(gin_tiny, tmp_path):
     from samtone_jax.checkpoints import save_params
 
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
-    tx, _ = train.adafactor(train_steps=10)
+    tx, _ = optimizer.adafactor(train_steps=10)
     source = jax.device_get(nn.unbox(train.init_params(gin_tiny, jax.random.PRNGKey(5))))
     save_params(str(tmp_path / "init"), source, "")
     state = train.initial_state(gin_tiny, tx, mesh, seed=0, init_checkpoint=str(tmp_path / "init"))
@@ -296,7 +296,7 @@ def test_id_masking_off_makes_duplicates_negatives(gin_tiny):
 
         def metrics_of(params, batch):
             loss_fn = train.make_loss_on_embeddings(gin_tiny, mesh, batch, gin_utils.contrastive_loss)
-            return loss_fn(params, *encode_batch(gin_tiny, params, batch, None))[1]
+            return loss_fn(params, *embed_batch(gin_tiny, params, batch, None))[1]
 
         metrics[name] = jax.device_get(jax.jit(metrics_of)(params, batch))
     assert metrics["masked"]["masked_fraction"] > 0 and metrics["unmasked"]["masked_fraction"] == 0

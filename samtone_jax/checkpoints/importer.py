@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from samtone_jax import paths
+from samtone_jax import paths, run_folders
 from samtone_jax.atomic_file import require_complete
 from samtone_jax.checkpoints import hf, mtf, t5x
 from samtone_jax.checkpoints.source import CheckpointMismatchError, report_unused, tower_from_source
@@ -21,7 +21,6 @@ from samtone_jax.models import DualEncoder, init_params
 from samtone_jax.models.dual_encoder import Projection
 from samtone_jax.models.layout import SIDES, layout
 
-EXPORT_JSON = "samtone.json"  # written by samtone_jax.export
 FORMATS = {"hf": hf.open_source, "t5x": t5x.open_source, "mtf": mtf.open_source}
 
 
@@ -52,7 +51,7 @@ def import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
     from safetensors import safe_open
 
     src = paths.local_copy(src)  # a gs:// export is read from a local copy (safetensors reads local files)
-    info = json.loads((paths.as_path(src) / EXPORT_JSON).read_text())
+    info = json.loads((paths.as_path(src) / run_folders.EXPORT_JSON).read_text())
     if info["architecture"] != model.architecture:
         raise CheckpointMismatchError(
             f"{src} holds an {info['architecture']} model but the gin config builds {model.architecture}: include "
@@ -92,7 +91,7 @@ def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tupl
     """
     if fmt not in FORMATS:
         raise BadValueError(f"--format={fmt!r}: must be one of {sorted(FORMATS)}")
-    if fmt == "hf" and (paths.as_path(src) / EXPORT_JSON).exists():
+    if fmt == "hf" and (paths.as_path(src) / run_folders.EXPORT_JSON).exists():
         require_complete(src, "export")
         return import_export(src, model)
     source = FORMATS[fmt](src, model.config)

@@ -22,10 +22,7 @@ import orbax.checkpoint as ocp
 from samtone_jax import paths
 from samtone_jax.atomic_file import atomic_directory, require_complete
 from samtone_jax.errors import MissingFileError
-
-PARAMS_SUBDIR = "params"
-MODEL_GIN = "model.gin"
-INFO_JSON = "info.json"
+from samtone_jax.run_folders import INFO_JSON, MODEL_GIN, PARAMS
 
 
 def save_params(
@@ -42,7 +39,7 @@ def save_params(
     with atomic_directory(directory, overwrite) as tmp:
         staging = paths.as_path(tmp)  # local
         checkpointer = ocp.StandardCheckpointer()
-        checkpointer.save(staging / PARAMS_SUBDIR, jax.tree_util.tree_map(np.asarray, params))
+        checkpointer.save(staging / PARAMS, jax.tree_util.tree_map(np.asarray, params))
         checkpointer.wait_until_finished()
         (staging / MODEL_GIN).write_text(model_gin)
         (staging / INFO_JSON).write_text(json.dumps(info or {}, indent=2, sort_keys=True))
@@ -54,7 +51,7 @@ def save_params(
 def load_params(directory: str, abstract_params=None):
     """Restore the parameter tree saved by `save_params` (numpy arrays unless `abstract_params`
     carries shardings, as `jax.ShapeDtypeStruct`s, to restore onto devices directly)."""
-    path = paths.as_path(directory) / PARAMS_SUBDIR
+    path = paths.as_path(directory) / PARAMS
     if not path.is_dir():
         raise MissingFileError(
             f"{path} not found: {directory} is not a parameter checkpoint (expected the output of "

@@ -20,7 +20,7 @@ import time
 import jax
 import orbax.checkpoint as ocp
 
-from samtone_jax import paths
+from samtone_jax import paths, run_folders
 from samtone_jax.errors import BadValueError, UserError
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,9 @@ class TrainCheckpointer:
         options = ocp.CheckpointManagerOptions(
             save_interval_steps=max(every, 1), max_to_keep=keep, enable_async_checkpointing=True, create=True
         )
-        self.manager = ocp.CheckpointManager(directory, options=options, item_names=("state", "meta"))
+        self.manager = ocp.CheckpointManager(
+            directory, options=options, item_names=(run_folders.STATE, run_folders.META)
+        )
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()

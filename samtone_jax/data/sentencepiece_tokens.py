@@ -27,7 +27,7 @@ EOS_ID = 1  # features.EOS_ID (not imported: that module needs TensorFlow)
 class SentencePieceTokens:
     """The tokeniser of a SentencePiece model file (local or gs://), loaded on first use. Offers
     what the package reads of a seqio vocabulary: `sp_model` (the proto with the extra ids),
-    `extra_ids`, `vocab_size`, `encode(text)`; and `encode_batch(texts, length)`."""
+    `extra_ids`, `vocab_size`, `encode(text)`; and `tokenize_batch(texts, length)`."""
 
     def __init__(self, path: str, extra_ids: int = 0):
         self.path, self.extra_ids = str(path), int(extra_ids)
@@ -63,7 +63,7 @@ class SentencePieceTokens:
         """The ids of `text` (no EOS)."""
         return self._processor.EncodeAsIds(text)
 
-    def encode_batch(self, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
+    def tokenize_batch(self, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
         """([N, length] int32 ids: the first length − 1, EOS, zeros; [N] int32 1 where truncated)."""
         tokens = np.zeros((len(texts), length), np.int32)
         truncated = np.zeros((len(texts),), np.int32)
@@ -88,6 +88,6 @@ def _shared(path: str, extra_ids: int) -> SentencePieceTokens:
     return SentencePieceTokens(path, extra_ids)
 
 
-def encode_texts(vocabulary, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
+def tokenize_texts(vocabulary, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
     """Tokenise texts for encoding (corpus, queries): ([N, length] int32, [N] truncated 0/1)."""
-    return tokens_of(vocabulary).encode_batch(texts, length)
+    return tokens_of(vocabulary).tokenize_batch(texts, length)

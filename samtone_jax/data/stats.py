@@ -27,11 +27,11 @@ def collection_stats(collection: RetrievalCollection, vocab_path: str | None, qu
     }
     if vocab_path:
         from samtone_jax.data import vocab
-        from samtone_jax.data.sentencepiece_tokens import encode_texts
+        from samtone_jax.data.sentencepiece_tokens import tokenize_texts
 
         vocabulary = vocab.vocabulary(vocab_path)
-        _, q_trunc = encode_texts(vocabulary, queries, query_length)
-        _, d_trunc = encode_texts(vocabulary, documents, doc_length)
+        _, q_trunc = tokenize_texts(vocabulary, queries, query_length)
+        _, d_trunc = tokenize_texts(vocabulary, documents, doc_length)
         out["query_truncation_rate"] = round(float(q_trunc.mean()) if len(q_trunc) else 0.0, 4)
         out["document_truncation_rate"] = round(float(d_trunc.mean()) if len(d_trunc) else 0.0, 4)
     return out

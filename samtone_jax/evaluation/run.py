@@ -18,7 +18,7 @@ import json
 import gin
 import numpy as np
 
-from samtone_jax import paths
+from samtone_jax import paths, run_folders
 from samtone_jax.atomic_file import atomic_open, write_atomic
 from samtone_jax.console_progress import Progress
 from samtone_jax.errors import BadValueError
@@ -172,9 +172,10 @@ def evaluate(
     """
     import jax
 
-    from samtone_jax import inference, partitioning, tasks
+    from samtone_jax import inference, partitioning
+    from samtone_jax.tasks import catalogue
 
-    collection = tasks.load(task, split)  # bad data fails here, before the model is loaded
+    collection = catalogue.collection(task, split)  # bad data fails here, before the model is loaded
     mesh = partitioning.create_mesh(devices=jax.local_devices())
     encoder = inference.load(
         model_dir,
@@ -187,7 +188,7 @@ def evaluate(
         task=task,
     )
     name = f"{task}_{split}_step{encoder.step}"
-    out = paths.as_path(model_dir) / "eval"
+    out = paths.as_path(model_dir) / run_folders.EVAL
     embeddings_dir = str(out / "embeddings" / name)
     if dims is not None:  # checked before the corpus is encoded
         width = encoder.encode_queries([""]).shape[1]

@@ -13,10 +13,10 @@ import time
 
 import gin
 
-from samtone_jax.data.sentencepiece_tokens import encode_texts as tokenize
+from samtone_jax.data.sentencepiece_tokens import tokenize_texts as tokenize
 from samtone_jax.errors import BadValueError
 from samtone_jax.evaluation import metrics, search
-from samtone_jax.evaluation.encode import TextEncoder
+from samtone_jax.text_embedder import TextEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +38,9 @@ class RetrievalEval:
         k: int = 100,
         batch_size: int = 256,
     ):
-        from samtone_jax import tasks
+        from samtone_jax.tasks import catalogue, prompts
 
-        collection = tasks.load(task, split)
+        collection = catalogue.collection(task, split)
         if not collection.queries or not collection.corpus:
             raise BadValueError(f"train.retrieval_eval_task={task!r} split {split!r} has no queries or no documents")
         query_ids = sorted(q for q in collection.queries if collection.qrels.get(q))
@@ -48,11 +48,11 @@ class RetrievalEval:
             query_ids = query_ids[:: len(query_ids) // max_queries][:max_queries]
         self.query_ids, self.doc_ids = query_ids, sorted(collection.corpus)
         self.qrels = {q: collection.qrels[q] for q in query_ids}
-        query_prompt, doc_prompt = tasks.prompt_of(task)  # as the run trains and samtone_jax.load serves
+        query_prompt, doc_prompt = prompts.prompt_of(task)  # as the run trains and samtone_jax.load serves
         queries = [query_prompt + collection.queries[q] for q in query_ids]
         self.query_tokens = tokenize(vocabulary, queries, query_length)[0]
         self.doc_tokens = tokenize(vocabulary, [doc_prompt + collection.corpus[d] for d in self.doc_ids], doc_length)[0]
-        self.encoder = TextEncoder(model, None, vocabulary, mesh, batch_size)
+        self.encoder = TextEmbedder(model, None, vocabulary, mesh, batch_size)
         self.k, self.name = min(k, len(self.doc_ids)), f"{task}/{split}"
         self.measures = metrics.measures_for_depth(self.k)
         log.info("retrieval eval on %s: %d queries, %d documents", self.name, len(query_ids), len(self.doc_ids))

@@ -19,7 +19,7 @@ import logging
 
 import numpy as np
 
-from samtone_jax import __version__, paths
+from samtone_jax import __version__, paths, run_folders
 from samtone_jax.atomic_file import atomic_directory
 from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
 from samtone_jax.models.layout import SIDES, layout
@@ -27,8 +27,6 @@ from samtone_jax.models.layout import SIDES, layout
 log = logging.getLogger(__name__)
 
 FORMATS = ("sentence-transformers", "hf")
-EXPORT_JSON = "samtone.json"
-VOCAB_FILE = "spiece.model"
 MIN_COSINE = 0.9999
 
 
@@ -167,7 +165,7 @@ def export(
             "query_length": encoder.query_length,
             "doc_length": encoder.doc_length,
             "projection_dim": int(kernels["query"].shape[1]),
-            "vocabulary": VOCAB_FILE,
+            "vocabulary": run_folders.EXPORT_VOCABULARY,
             "extra_ids": int(encoder.vocabulary.extra_ids),
             **({"prompts": _prompts(encoder)} if _prompts(encoder) else {}),
             # trained to serve truncated: SentenceTransformer(DST, truncate_dim=k), samtone eval --dims
@@ -176,10 +174,10 @@ def export(
             "source": {"checkpoint": encoder.source, "step": encoder.step},
         }
         staged = paths.as_path(tmp)  # local; becomes DST as a whole
-        (staged / VOCAB_FILE).write_bytes(encoder.vocabulary.sp_model)
-        (staged / "model.gin").write_text(gin_utils.model_gin(encoder.model))
-        (staged / EXPORT_JSON).write_text(json.dumps(info, indent=2))
-        (staged / "README.md").write_text(
+        (staged / run_folders.EXPORT_VOCABULARY).write_bytes(encoder.vocabulary.sp_model)
+        (staged / run_folders.MODEL_GIN).write_text(gin_utils.model_gin(encoder.model))
+        (staged / run_folders.EXPORT_JSON).write_text(json.dumps(info, indent=2))
+        (staged / run_folders.MODEL_CARD).write_text(
             model_card(
                 architecture=encoder.architecture,
                 config=encoder.model.config,
@@ -202,6 +200,6 @@ def export(
         else:
             reloaded = inference.load_export(tmp)
             info["min_cosine"] = _check_embeddings(encoder, reloaded.encode_queries, reloaded.encode_documents, texts)
-        (staged / EXPORT_JSON).write_text(json.dumps(info, indent=2))
+        (staged / run_folders.EXPORT_JSON).write_text(json.dumps(info, indent=2))
     log.info("exported %s (%s) to %s; min cosine to ours %.7f", checkpoint, fmt, dst, info["min_cosine"])
     return info

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import re
 
-from samtone_jax import paths
+from samtone_jax import paths, run_folders
 
 _BINDING = re.compile(r"^([A-Za-z_][\w.]*)\s*=\s*(.+)$")
 
 
 def run_settings(run_dir: str) -> dict[str, str]:
     """{gin name: value} from MODEL_DIR/config.gin with %MACROs resolved (empty without one)."""
-    path = paths.as_path(run_dir) / "config.gin"
+    path = paths.as_path(run_dir) / run_folders.CONFIG_GIN
     if not path.exists():
         return {}
     bindings = {}
@@ -27,7 +27,7 @@ def run_settings(run_dir: str) -> dict[str, str]:
 def eval_results(run_dir: str) -> list[dict]:
     """The eval JSONs under MODEL_DIR/eval (newest step per task/split)."""
     latest = {}
-    folder = paths.as_path(run_dir) / "eval"
+    folder = paths.as_path(run_dir) / run_folders.EVAL
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             record = json.loads(path.read_text())

@@ -51,9 +51,9 @@ def t5_tokenizer(vocabulary, max_length: int):
 
 def check_parity(tokenizer, vocabulary, texts: list[str], length: int) -> None:
     """ValueError naming the first text whose ids (truncated to `length` with EOS kept) differ."""
-    from samtone_jax.data.sentencepiece_tokens import encode_texts
+    from samtone_jax.data.sentencepiece_tokens import tokenize_texts
 
-    ours, _ = encode_texts(vocabulary, texts, length)
+    ours, _ = tokenize_texts(vocabulary, texts, length)
     theirs = tokenizer(texts, truncation=True, max_length=length)["input_ids"]
     for text, a, b in zip(texts, ours, theirs, strict=True):
         a = [int(x) for x in a if x != 0]

@@ -25,7 +25,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import gin_utils, loop, partitioning
+from samtone_jax import gin_utils, loop, partitioning, run_folders
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.errors import BadValueError
 from samtone_jax.hard_negatives.adore import adore_loss_local
@@ -93,7 +93,7 @@ def make_adore_step(model, tx, mesh, *, k, metric_cut, temperature, n, chunk_siz
 
 def _training_queries(collection, vocabulary, length, max_positives):
     """(query tokens [Q, L], positives [Q, G] corpus indices, -1 padded, doc ids) for queries with a gold."""
-    from samtone_jax.data.sentencepiece_tokens import encode_texts
+    from samtone_jax.data.sentencepiece_tokens import tokenize_texts
 
     doc_ids = sorted(collection.corpus)
     index = {d: i for i, d in enumerate(doc_ids)}
@@ -104,7 +104,7 @@ def _training_queries(collection, vocabulary, length, max_positives):
             rows.append(
                 (collection.queries[qid], gold[:max_positives] + [-1] * (max_positives - len(gold[:max_positives])))
             )
-    tokens, _ = encode_texts(vocabulary, [t for t, _ in rows], length)
+    tokens, _ = tokenize_texts(vocabulary, [t for t, _ in rows], length)
     return tokens, np.array([g for _, g in rows], np.int32), doc_ids
 
 
@@ -196,9 +196,10 @@ def train_adore(
 ) -> dict:
     """ADORE from `init_checkpoint` for `train_steps` on `mesh` (resumes from MODEL_DIR; the loop,
     with its lock, SIGTERM, checkpoints and non-finite stop, is loop.py's); returns the last metrics."""
-    from samtone_jax import inference, tasks
+    from samtone_jax import inference
     from samtone_jax.evaluation.run import embed
-    from samtone_jax.train import adafactor
+    from samtone_jax.optimizer import adafactor
+    from samtone_jax.tasks import catalogue
 
     schedule = loop.Schedule(
         train_steps,
@@ -230,7 +231,7 @@ def train_adore(
     model = DualEncoder(
         config=source.model.config, architecture="ade", projection_dim=int(source.encode_queries(["x"]).shape[1])
     )
-    collection = tasks.load(task, split)
+    collection = catalogue.collection(task, split)
     tokens, positives, doc_ids = _training_queries(collection, source.vocabulary, source.query_length, max_positives)
     if len(tokens) < batch_size:
         raise BadValueError(
@@ -240,7 +241,7 @@ def train_adore(
     config = _config_text(model, source, task, batch_size, train_steps, k, metric_cut, temperature)
     with loop.run_directory(model_dir, model, schedule, config) as model_dir:
         if jax.process_index() == 0:
-            write_atomic(model_dir / "vocab.model", source.vocabulary.sp_model)
+            write_atomic(model_dir / run_folders.VOCABULARY, source.vocabulary.sp_model)
         ids, embeddings = embed(source, collection.corpus, "document", str(model_dir / "index"))
         if ids != doc_ids:
             raise BadValueError(f"{model_dir / 'index'} holds other documents than {task}/{split}: delete it")

@@ -17,8 +17,8 @@ import logging
 import numpy as np
 
 from samtone_jax.atomic_file import atomic_open, write_atomic
+from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.errors import BadValueError
-from samtone_jax.hard_negatives.guide import FalseNegativeFilter
 
 log = logging.getLogger(__name__)
 

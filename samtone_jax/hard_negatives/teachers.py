@@ -20,7 +20,7 @@ import logging
 
 import numpy as np
 
-from samtone_jax import paths
+from samtone_jax import paths, run_folders
 from samtone_jax.errors import BadValueError, MissingFileError
 
 KINDS = ("auto", "bm25", "samtone", "sentence-transformers", "cross-encoder")
@@ -139,13 +139,10 @@ class CrossEncoderTeacher:
 
 def detect(path: str) -> str:
     """The kind of teacher folder `path` is (see the module docstring)."""
-    from samtone_jax.inference import EXPORT_JSON
-
     folder = paths.as_path(path)
     if not folder.is_dir():
         raise MissingFileError(f"--teacher={path}: no such folder (expected 'bm25' or a model folder)")
-    samtone = ("checkpoints", "params", EXPORT_JSON)
-    if any((folder / name).exists() for name in samtone) or ((folder / "state").is_dir() and folder.name.isdigit()):
+    if run_folders.kind(folder) is not None:
         return "samtone"  # a run, a checkpoint or an export (which also has modules.json)
     if (folder / "modules.json").exists():
         return "sentence-transformers"

@@ -15,11 +15,11 @@ import functools
 import numpy as np
 import seqio
 
-from samtone_jax import tasks
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.collection import text_id
+from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.errors import BadValueError
-from samtone_jax.hard_negatives.guide import FalseNegativeFilter
+from samtone_jax.tasks import catalogue, prompts
 from samtone_jax.tensorflow_setup import tf
 
 
@@ -47,9 +47,9 @@ def examples(
 ) -> dict[str, np.ndarray]:
     """Column arrays of the task's training examples (cached per data root); see `_examples`.
     skip_bad_records None: gin's `skip_bad_records.enabled`."""
-    skip = tasks.skip_bad_records() if skip_bad_records is None else skip_bad_records
-    negatives_file, prompt = tasks.hard_negatives_file(), tasks.prompt_of(name)
-    return _examples(name, split, num_negatives, skip, tasks.root_of(name), negatives_file, teacher, prompt)
+    skip = catalogue.skip_bad_records() if skip_bad_records is None else skip_bad_records
+    negatives_file, prompt = catalogue.hard_negatives_file(), prompts.prompt_of(name)
+    return _examples(name, split, num_negatives, skip, catalogue.root_of(name), negatives_file, teacher, prompt)
 
 
 @functools.lru_cache(maxsize=16)
@@ -69,7 +69,7 @@ def _examples(
     dropped is logged), and each row carries its first K negatives. `prompt` (query, document):
     put before every text (tasks.prompts); the ids stay those of the texts themselves.
     """
-    collection = tasks.load(name, split, skip_bad_records)
+    collection = catalogue.collection(name, split, skip_bad_records)
     pairs = collection.pairs()
     if num_negatives:
         short = sum(len(collection.hard_negatives.get(q, [])) < num_negatives for q, _ in pairs)
@@ -180,7 +180,7 @@ def register(
         "query": seqio.Feature(vocabulary, add_eos=False),
         "document": seqio.Feature(vocabulary, add_eos=False),
     }
-    for name, (_, splits, _) in tasks.loaders().items():
+    for name, (_, splits, _) in catalogue.loaders().items():
         seqio.TaskRegistry.remove(name)
         seqio.TaskRegistry.add(
             name,
@@ -190,7 +190,7 @@ def register(
             output_features=output_features,
             preprocessors=[seqio.preprocessors.tokenize, _tokenize_negatives],
         )
-    for mixture, members in tasks.MIXTURES.items():  # named in the TF-free tasks module
+    for mixture, members in catalogue.MIXTURES.items():  # named in the TF-free tasks module
         seqio.MixtureRegistry.remove(mixture)
         seqio.MixtureRegistry.add(mixture, [(m, 1.0) for m in members])
 

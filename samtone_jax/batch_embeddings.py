@@ -18,7 +18,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-SIDES = {"query": 0, "document": 1, "negative": 2}
+# Each kind of input draws its dropout keys from its own stream: fold_in(step key, DROPOUT_STREAM[side]).
+DROPOUT_STREAM = {"query": 0, "document": 1, "negative": 2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Input:
         return (self.tokens,) if self.segment_ids is None else (self.tokens, self.segment_ids)
 
 
-def encode(model, params, arrays: tuple, side: str, rng, index=None, max_segments: int | None = None):
+def embed(model, params, arrays: tuple, side: str, rng, index=None, max_segments: int | None = None):
     """(tokens [N, L],) -> L2-normalised embeddings [N, P] float32; (tokens, segment_ids) of packed
     rows -> [N, max_segments, P].
 
@@ -60,7 +61,7 @@ def encode(model, params, arrays: tuple, side: str, rng, index=None, max_segment
         return apply(arrays, True)
     n = arrays[0].shape[0]
     index = jnp.arange(n) if index is None else index
-    side_key = jax.random.fold_in(rng, SIDES[side])
+    side_key = jax.random.fold_in(rng, DROPOUT_STREAM[side])
     keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(side_key, index)
 
     def one(row, key):
@@ -97,8 +98,8 @@ def assemble(batch: dict, outputs: dict[str, jax.Array]):
     return outputs["query_tokens"], outputs["doc_tokens"], n
 
 
-def encode_batch(model, params, batch: dict, rng: jax.Array | None, max_segments: int | None = None):
+def embed_batch(model, params, batch: dict, rng: jax.Array | None, max_segments: int | None = None):
     """(q [B, P], d [B, P], negatives [B, K, P] | None) of a batch of model features, packed or not
     (packed: `max_segments`, the packer's texts-per-row limit)."""
-    outputs = {x.name: encode(model, params, x.arrays(), x.side, rng, None, max_segments) for x in inputs(batch)}
+    outputs = {x.name: embed(model, params, x.arrays(), x.side, rng, None, max_segments) for x in inputs(batch)}
     return assemble(batch, outputs)

@@ -27,16 +27,15 @@ from jax.sharding import PartitionSpec as P
 
 from samtone_jax import partitioning
 from samtone_jax.data.packing import write_rows
-from samtone_jax.data.sentencepiece_tokens import encode_texts as tokenize
+from samtone_jax.data.sentencepiece_tokens import tokenize_texts as tokenize
 from samtone_jax.errors import BadValueError
 from samtone_jax.models import init_params
-
-SIDES = ("query", "document")
+from samtone_jax.models.layout import SIDES
 
 
 @functools.cache
 def _compiled(model, side: str, max_segments: int | None = None):
-    """One jitted apply per (model, side), shared by every TextEncoder of that model (the training
+    """One jitted apply per (model, side), shared by every TextEmbedder of that model (the training
     hook re-encodes with new parameters without recompiling): (variables, tokens) -> [N, P], or with
     `max_segments` (variables, tokens, segment_ids) of packed rows -> [rows, max_segments, P]."""
     if side not in SIDES:
@@ -66,7 +65,7 @@ def next_fit_rows(lengths: np.ndarray, length: int, max_segments: int) -> tuple[
     return order, row, index
 
 
-class TextEncoder:
+class TextEmbedder:
     """Compiled, sharded text -> embedding for one model (parameters fixed, or given per call)."""
 
     def __init__(

@@ -1,0 +1,90 @@
+"""The folders this project writes, by name: every reader and writer asks this module.
+
+  MODEL_DIR (`samtone train`, `samtone train-adore`)
+    config.gin              the run's gin config (written at start; a resume checks its model)
+    operative_config.gin    what the run used (written at the end, as T5X does)
+    vocab.model             the SentencePiece model the run trained with (a copy)
+    lock.json               the lease of the run that holds MODEL_DIR (run_lock.py)
+    checkpoints/<step>/     orbax: state/ {step, params, opt_state, rng} and meta/ {data position}
+    train/, eval/           TensorBoard events; eval/ also `samtone eval`'s <task>_<split>_step<N>.json
+    eval.json               the demo's table
+  a parameter checkpoint (`samtone import-checkpoint`; INIT_CHECKPOINT)
+    params/, model.gin, info.json (+ vocab.model), commit_success.txt
+  an export (`samtone export`)
+    samtone.json, model.gin, spiece.model, README.md, the model's files, commit_success.txt
+
+Which steps of a run are complete is orbax's rule (a finished step is renamed into place on local
+disk; on gs:// it is written in place and its commit_success.txt comes last), so `complete_steps`
+asks orbax rather than restating it.
+"""
+
+from __future__ import annotations
+
+from samtone_jax import paths
+
+# MODEL_DIR
+CONFIG_GIN = "config.gin"
+OPERATIVE_CONFIG_GIN = "operative_config.gin"
+VOCABULARY = "vocab.model"
+LOCK = "lock.json"
+CHECKPOINTS = "checkpoints"
+STATE, META = "state", "meta"  # the items of one checkpoint step
+TRAIN_EVENTS, EVAL = "train", "eval"
+DEMO_RESULTS = "eval.json"
+
+# a parameter checkpoint
+PARAMS = "params"
+MODEL_GIN = "model.gin"
+INFO_JSON = "info.json"
+
+# an export
+EXPORT_JSON = "samtone.json"
+EXPORT_VOCABULARY = "spiece.model"
+MODEL_CARD = "README.md"
+
+COMMIT_MARKER = "commit_success.txt"  # a complete folder (atomic_file.py); orbax's name for the same
+
+
+def checkpoints(model_dir) -> paths.Path:
+    return paths.as_path(model_dir) / CHECKPOINTS
+
+
+def state(model_dir, step: int) -> paths.Path:
+    """MODEL_DIR/checkpoints/<step>/state: the orbax tree of one step."""
+    return checkpoints(model_dir) / str(step) / STATE
+
+
+def complete_steps(model_dir) -> list[int]:
+    """The complete steps saved under MODEL_DIR/checkpoints (local or gs://), ascending."""
+    import orbax.checkpoint as ocp
+
+    directory = checkpoints(model_dir)
+    if not directory.is_dir():
+        return []
+    return sorted(ocp.path.step.checkpoint_steps(directory))
+
+
+def is_step(path) -> bool:
+    """Whether `path` is one step of a run (MODEL_DIR/checkpoints/<step>), complete or not."""
+    path = paths.as_path(path)
+    return path.name.isdigit() and (path / STATE).is_dir()
+
+
+def is_complete_step(path) -> bool:
+    import orbax.checkpoint as ocp
+
+    return ocp.path.step.is_path_finalized(paths.as_path(path))
+
+
+def kind(path) -> str | None:
+    """'step' | 'run' | 'params' | 'export' for a folder this project wrote, else None."""
+    path = paths.as_path(path)
+    if is_step(path):
+        return "step"
+    if (path / CHECKPOINTS).is_dir():
+        return "run"
+    if (path / PARAMS).is_dir():
+        return "params"
+    if (path / EXPORT_JSON).exists():
+        return "export"
+    return None
