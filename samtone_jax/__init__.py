@@ -1,8 +1,7 @@
 """samtone_jax: dual-encoder retrieval training in JAX/Flax (T5.1.1 towers, SamToNe loss)."""
 
 from samtone_jax import paths, xla_cpu_flags  # noqa: F401  (paths: the storage backends, chosen on import)
-
-__version__ = "0.1.0"
+from samtone_jax.version import __version__  # noqa: F401
 
 # Before JAX reads XLA_FLAGS: simulated CPU devices must not reorder collectives (see xla_cpu_flags).
 xla_cpu_flags.apply()

@@ -189,7 +189,7 @@ def cmd_analyze(args, bindings) -> int:
 
 
 def cmd_export(args, bindings) -> int:
-    from samtone_jax.export import export
+    from samtone_jax.export.folder import export
 
     info = export(
         args.checkpoint, args.format, args.dst, step=args.step, vocabulary=args.vocabulary, overwrite=args.overwrite

@@ -1,5 +1,7 @@
 """The package's import graph, read from the source (every `import`, those inside functions too):
-no circle, and the gin registry (configurables.py) imported only by the programs."""
+no circle between modules or between rooms (a top-level module or a sub-package), every import
+pointing down or sideways in the layer order below, and the gin registry (configurables.py)
+imported only by the programs. `python tests/test_import_graph.py` prints the rooms' imports."""
 
 from __future__ import annotations
 
@@ -8,6 +10,44 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "samtone_jax"
 PROGRAMS = {"samtone_jax.cli", "samtone_jax.commands", "samtone_jax.demo", "samtone_jax.main"}
+
+# The rooms, lowest layer first: a room imports rooms of its own layer or of a lower one, never of a
+# higher one (docs/DESIGN.md explains each layer). A new module or sub-package must be placed here.
+LAYERS = (
+    # foundation: errors, storage, the names of the folders we write, process set-up, logging sinks
+    {
+        "errors",
+        "version",
+        "paths",
+        "run_folders",
+        "atomic_file",
+        "run_lock",
+        "tensorflow_setup",
+        "xla_cpu_flags",
+        "console_progress",
+        "event_writer",
+    },
+    # data: official formats -> collections, tokenisation, the tf.data pipeline, packing
+    {"data"},
+    # numerics: towers, losses, sharding, a training batch's embeddings
+    {"models", "losses", "distillation", "matryoshka", "partitioning", "batch_embeddings", "grad_cache"},
+    # models and losses from gin text; parameters in and out of checkpoints
+    {"gin_utils", "checkpoints"},
+    # the task catalogue, prompts, seqio registration, mixture batches
+    {"tasks"},
+    # a trained model as an encoder of text
+    {"text_embedder", "inference"},
+    # retrieval evaluation
+    {"evaluation"},
+    # training: the optimizer, the loop every mode shares, the contrastive mode
+    {"optimizer", "train_logging", "loop", "train"},
+    # hard negatives: mining, teachers and their scores, ADORE's mode
+    {"hard_negatives"},
+    # what reads a trained model out: export, the embedding-space analysis
+    {"export", "analysis"},
+    # programs: the gin registry, the CLI, the demo, the package's public entry (samtone_jax.load)
+    {"configurables", "commands", "cli", "demo", "main", "samtone_jax"},
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -47,6 +87,29 @@ def _graph() -> dict[str, set[str]]:
     return graph
 
 
+def _room(module: str) -> str:
+    """samtone_jax.data.pipeline -> data; samtone_jax.train -> train; samtone_jax -> samtone_jax."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _rooms(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms = {_room(m): set() for m in graph}
+    for module, targets in graph.items():
+        rooms[_room(module)] |= {_room(t) for t in targets} - {_room(module)}
+    return rooms
+
+
+def _layer_of() -> dict[str, int]:
+    return {room: i for i, layer in enumerate(LAYERS) for room in layer}
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """'module -> target' for every import of a room in a higher layer than the importer's."""
+    layer = _layer_of()
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets if layer[_room(t)] > layer[_room(m)])
+
+
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan's algorithm)."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []
@@ -81,7 +144,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_reader_sees_every_import_and_finds_a_planted_circle():
     graph = _graph()
     assert "samtone_jax.train" in graph["samtone_jax.configurables"]  # a top-level import
-    assert "samtone_jax.inference" in graph["samtone_jax.export"]  # one inside a function
+    assert "samtone_jax.inference" in graph["samtone_jax.export.folder"]  # one inside a function
     planted = {k: set(v) for k, v in graph.items()}
     planted["samtone_jax.losses"].add("samtone_jax.train")  # train imports losses (through gin_utils)
     assert any({"samtone_jax.losses", "samtone_jax.train"} <= set(c) for c in _cycles(planted))
@@ -94,3 +157,35 @@ def test_the_import_graph_has_no_circle():
 def test_only_the_programs_import_the_gin_registry():
     importers = {m for m, targets in _graph().items() if "samtone_jax.configurables" in targets}
     assert importers <= PROGRAMS, importers - PROGRAMS
+
+
+def test_the_rooms_have_no_circle():
+    assert _cycles(_rooms(_graph())) == []
+
+
+def test_every_room_has_a_layer():
+    assert set(_rooms(_graph())) <= set(_layer_of()), set(_rooms(_graph())) - set(_layer_of())
+    assert sum(len(layer) for layer in LAYERS) == len(_layer_of()), "a room is in two layers"
+
+
+def test_no_import_points_up_the_layers():
+    assert _upward(_graph()) == []
+
+
+def test_the_checks_catch_a_planted_upward_import_and_a_room_circle():
+    planted = {k: set(v) for k, v in _graph().items()}
+    planted["samtone_jax.data.pipeline"].add("samtone_jax.tasks.registration")  # data -> tasks: up
+    assert _upward(planted) == ["samtone_jax.data.pipeline -> samtone_jax.tasks.registration"]
+    assert any({"data", "tasks"} <= set(c) for c in _cycles(_rooms(planted)))  # tasks imports data
+
+
+if __name__ == "__main__":  # the rooms' imports, by layer, and any upward import (the closing note's before / after)
+    rooms, layer = _rooms(_graph()), _layer_of()
+
+    def order(r):
+        return layer.get(r, -1), r
+
+    for room in sorted(rooms, key=order):
+        print(f"{layer.get(room, '?')!s:>2} {room:18s} -> {', '.join(sorted(rooms[room], key=order))}")
+    print("upward:", *_upward(_graph()) or ["none"], sep="\n  ")
+    print("room circles:", _cycles(_rooms(_graph())) or "none")
