@@ -19,9 +19,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import jax  # noqa: E402
 
-from samtone_jax import configurables, gin_utils, optimizer, partitioning, train  # noqa: E402
+from samtone_jax import configurables, gin_utils, optimizer, partitioning, train, train_batches  # noqa: E402
 from samtone_jax.data import pipeline  # noqa: E402
 from samtone_jax.data import vocab as vocab_lib  # noqa: E402
+from samtone_jax.data.input_spec import InputSpec  # noqa: E402
 from samtone_jax.tasks import (
     catalogue,
     registration,  # noqa: E402
@@ -32,7 +33,7 @@ CONFIGS = [("demo: batch 64, 32/48 tokens", 64, 32, 48), ("batch 512 x 64 tokens
 
 def pipeline_rate(batch, lq, ld, batches):
     it = pipeline.train_dataset(
-        "wordnet_definitions", "train", batch_size=batch, query_length=lq, doc_length=ld
+        "wordnet_definitions", "train", InputSpec(None, lq, ld), batch_size=batch
     ).as_numpy_iterator()
     next(it)  # fills the cache
     start = time.perf_counter()
@@ -51,9 +52,9 @@ def step_rate(batch, lq, ld, steps):
     state = train.initial_state(model, tx, mesh, 0, None)
     step = jax.jit(train.make_train_step(model, tx, schedule, mesh, None, gin_utils.contrastive_loss), donate_argnums=0)
     it = pipeline.train_dataset(
-        "wordnet_definitions", "train", batch_size=batch, query_length=lq, doc_length=ld
+        "wordnet_definitions", "train", InputSpec(None, lq, ld), batch_size=batch
     ).as_numpy_iterator()
-    data = partitioning.host_to_global(mesh, train.model_features(next(it)))
+    data = partitioning.host_to_global(mesh, train_batches.model_features(next(it)))
     del it  # no prefetching thread competing with the timed steps
     gc.collect()
     state, m = step(state, data)
@@ -73,7 +74,7 @@ def main():
     if not os.path.exists(args.vocab):
         vocab_lib.train_sentencepiece(catalogue.collection("wordnet_definitions", "train").texts(), 8000, args.vocab)
     configurables.parse(["runs/demo_cpu.gin"], [f"VOCABULARY = '{args.vocab}'"])
-    registration.register(args.vocab)
+    registration.register(InputSpec(args.vocab))
     print(f"CPU: {os.cpu_count()} cores; model: runs/demo_cpu.gin (d_model 64, 3 layers); task wordnet_definitions")
     print(f"{'configuration':32s} {'pipeline ex/s':>14s} {'step ex/s':>10s} {'ratio':>7s}")
     for name, batch, lq, ld in CONFIGS:

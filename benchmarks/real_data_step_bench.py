@@ -41,7 +41,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from train_step_bench import LR, SHAPE, TAU, matmul_peak, theirs_step  # noqa: E402
 
-from samtone_jax import configurables, gin_utils, optimizer, partitioning, run_folders, train  # noqa: E402
+from samtone_jax import configurables, gin_utils, optimizer, partitioning, run_folders, train, train_batches  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = {"wordnet_definitions": (32, 48, "train"), "multireqa_squad_dev": (64, 192, "train")}
@@ -64,12 +64,14 @@ def lengths_of(tokens: np.ndarray) -> np.ndarray:
 
 def real_batches(task: str, batch: int, count: int, vocabulary: str) -> list[dict]:
     from samtone_jax.data import pipeline
+    from samtone_jax.data.input_spec import InputSpec
     from samtone_jax.tasks import registration
 
     query_length, doc_length, split = TASKS[task]
-    registration.register(vocabulary, 0)
-    ds = pipeline.train_dataset(task, split, batch_size=batch, query_length=query_length, doc_length=doc_length)
-    return [train.model_features(b, id_masking=True) for b in itertools.islice(ds.as_numpy_iterator(), count)]
+    spec = InputSpec(vocabulary, query_length, doc_length)
+    registration.register(spec)
+    ds = pipeline.train_dataset(task, split, spec, batch_size=batch)
+    return [train_batches.model_features(b, id_masking=True) for b in itertools.islice(ds.as_numpy_iterator(), count)]
 
 
 def vocabulary_for(task: str) -> str:

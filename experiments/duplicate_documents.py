@@ -40,10 +40,12 @@ MEASURES = ("P@1", "RR", "R@5")
 def unique_document_fraction(vocab: str, batch: int, block: int, batches: int = 50) -> float:
     """Mean fraction of distinct documents in a training batch of the experiment's pipeline."""
     from samtone_jax.data import pipeline
+    from samtone_jax.data.input_spec import InputSpec
     from samtone_jax.tasks import registration
 
-    registration.register(vocab)
-    ds = pipeline.train_dataset(TASK, "train", batch_size=batch, query_length=8, doc_length=8, shuffle_block_size=block)
+    spec = InputSpec(vocab, query_length=8, doc_length=8)
+    registration.register(spec)
+    ds = pipeline.train_dataset(TASK, "train", spec, batch_size=batch, shuffle_block_size=block)
     fractions = [
         len(set(b["doc_id"].tolist())) / batch for _, b in zip(range(batches), ds.as_numpy_iterator(), strict=False)
     ]

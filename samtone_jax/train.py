@@ -1,8 +1,11 @@
 """`samtone train`: the contrastive training mode, a step function and a batch source for loop.py.
 
-  model + optimizer -> state (fresh, INIT_CHECKPOINT, or resumed from MODEL_DIR by loop.run)
-  -> per-host tf.data pipeline at the resumed position -> jitted step (GradCache optional; loss in
-  shard_map over 'data') -> eval hooks (in-batch loss on a held-out split, retrieval metrics).
+  train()  gin's train.* -> frozen settings (loop.Schedule, InputSpec, TrainInputs, Packing,
+           Evaluation) and the step's loss (training_loss) -> fit()
+  fit()    model + optimizer -> state (fresh, INIT_CHECKPOINT, or resumed from MODEL_DIR by loop.run)
+           -> batches at the resumed position (train_batches.py) -> jitted step (GradCache
+           optional; loss in shard_map over 'data') -> eval hooks (in-batch loss on a held-out
+           split, retrieval metrics).
 
 `samtone train --gin_file=runs/demo_cpu.gin --gin.MODEL_DIR="'/tmp/run'"`.
 """
@@ -10,43 +13,29 @@
 from __future__ import annotations
 
 import contextlib
-import functools
+import dataclasses
 import logging
 
 import flax.linen as nn
 import gin
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import distillation, grad_cache, loop, optimizer, partitioning, paths, run_folders
+from samtone_jax import distillation, grad_cache, loop, matryoshka, optimizer, partitioning, paths, run_folders
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.batch_embeddings import embed_batch
 from samtone_jax.checkpoints import load_params
 from samtone_jax.data.false_negatives import FalseNegativeFilter
+from samtone_jax.data.input_spec import InputSpec
 from samtone_jax.errors import BadValueError, MissingFileError
 from samtone_jax.models import init_params
-from samtone_jax.tasks.task_batches import TaskBatches, mixture_batches
+from samtone_jax.tasks.task_batches import TaskBatches
+from samtone_jax.train_batches import Packing, TrainInputs, batch_source, eval_batches
 
 log = logging.getLogger(__name__)
-
-ID_FEATURES = ("query_id", "doc_id", "negative_ids", "guide_ids")
-
-
-def fold_ids(ids: np.ndarray) -> np.ndarray:
-    """int64 hashes -> int32 (JAX's default width): xor of the halves, equal ids stay equal."""
-    ids = np.asarray(ids, np.int64)
-    return ((ids ^ (ids >> 32)) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
-
-
-def model_features(batch: dict[str, np.ndarray], id_masking: bool = True) -> dict[str, np.ndarray]:
-    """The arrays the step consumes (tokens and folded ids; bookkeeping features dropped). Without
-    id_masking the ids are dropped too: the loss then treats only the diagonal as positive."""
-    keep = ("query_tokens", "doc_tokens", "negative_tokens", "teacher_scores", *(ID_FEATURES if id_masking else ()))
-    return {k: (fold_ids(v) if k in ID_FEATURES else v) for k, v in batch.items() if k in keep}
 
 
 def make_loss_on_embeddings(model, mesh, batch, loss_fn):
@@ -218,7 +207,9 @@ def train(
     """Train `model` with `loss_fn` on `mesh` until `train_steps` (resuming from MODEL_DIR); returns
     the last logged metrics. The program (configurables.train_program, what `samtone train` runs)
     passes the gin-configured model, loss, mesh and partitioning rules; everything else is gin's
-    `train.*`. The loop itself (resume, checkpoints, SIGTERM, logging, eval hooks) is loop.py's.
+    `train.*`, which this function only turns into frozen settings (loop.Schedule, InputSpec,
+    TrainInputs, Packing, Evaluation; each refuses what it cannot run) and the step's loss, for
+    `fit`. The loop itself (resume, checkpoints, SIGTERM, logging, eval hooks) is loop.py's.
 
     batch_size is the *global* batch: each of the jax.process_count() hosts feeds batch_size /
     process_count examples (its own shard of the data). Every `eval_every` steps: in-batch loss
@@ -257,80 +248,97 @@ def train(
     task, drawn by the rates from (seed, step), with per-task batch sizes and in-batch negatives;
     per-task loss and accuracy are logged as task/<name>/loss, task/<name>/accuracy.
     """
+    evaluation = Evaluation(eval_every, eval_split, eval_batches, retrieval_eval_task, retrieval_eval_split)
     schedule = loop.Schedule(
         train_steps, batch_size, checkpoint_every, keep_checkpoints, log_every, eval_every, on_corrupt_checkpoint
     )
-    if eval_every and not (eval_split or retrieval_eval_task):
-        raise BadValueError(
-            "train.eval_every is set but neither train.eval_split nor train.retrieval_eval_task is: name a held-out "
-            "split to evaluate on"
-        )
-    if (eval_split or retrieval_eval_task) and not eval_every:
-        raise BadValueError(
-            "train.eval_split / train.retrieval_eval_task need train.eval_every > 0 (how often to evaluate)"
-        )
-    if matryoshka_dims:
-        from samtone_jax import matryoshka
+    spec = InputSpec(vocabulary, query_length, doc_length, num_negatives, teacher_scores, teacher_guide)
+    inputs = TrainInputs(task, split, batch_size, spec, seed, data_shards, shuffle_block_size, id_masking, task_batches)
+    objective = training_loss(
+        loss_fn, distill_fn, spec, contrastive_weight, distillation_weight, matryoshka_dims, matryoshka_weights
+    )
+    return fit(
+        model_dir,
+        model,
+        objective,
+        mesh,
+        rules,
+        schedule=schedule,
+        inputs=inputs,
+        packing=Packing(packing_max_segments, packing_row_bits) if packing else None,
+        evaluation=evaluation,
+        init_checkpoint=init_checkpoint,
+        grad_cache_chunk_size=grad_cache_chunk_size,
+    )
 
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """gin `train.eval_*`: every `every` steps, in-batch loss metrics over the first `batches` batches
+    of `split` and / or retrieval metrics over `retrieval_task` / `retrieval_split`."""
+
+    every: int = 0
+    split: str | None = None
+    batches: int = 4
+    retrieval_task: str | None = None
+    retrieval_split: str = "test"
+
+    def __post_init__(self):
+        if self.every and not (self.split or self.retrieval_task):
+            raise BadValueError(
+                "train.eval_every is set but neither train.eval_split nor train.retrieval_eval_task is: name a "
+                "held-out split to evaluate on"
+            )
+        if (self.split or self.retrieval_task) and not self.every:
+            raise BadValueError(
+                "train.eval_split / train.retrieval_eval_task need train.eval_every > 0 (how often to evaluate)"
+            )
+
+
+def training_loss(
+    loss_fn, distill_fn, spec: InputSpec, contrastive_weight, distillation_weight, matryoshka_dims, matryoshka_weights
+):
+    """The step's loss from gin's train.*: `loss_fn` (over nested dimensions with Matryoshka), with the
+    distillation term when train.distillation_weight > 0; settings that would be ignored are refused."""
+    if matryoshka_dims:
         loss_fn = matryoshka.nested(loss_fn, matryoshka_dims, matryoshka_weights)
     elif matryoshka_weights:
         raise BadValueError("train.matryoshka_weights needs train.matryoshka_dims (the nested dimensions they weigh)")
-    loss_fn = distillation.objective(
-        loss_fn, distill_fn, teacher_scores, num_negatives, contrastive_weight, distillation_weight
+    if spec.guide is not None and not contrastive_weight:
+        raise BadValueError(
+            "train.teacher_guide removes negatives from the contrastive loss, which train.contrastive_weight = 0 "
+            "turns off: drop the guide or give the contrastive loss a weight"
+        )
+    return distillation.objective(
+        loss_fn, distill_fn, spec.teacher_scores, spec.num_negatives, contrastive_weight, distillation_weight
     )
-    if task_batches is not None and task_batches.no_in_batch_negatives and (not id_masking or not num_negatives):
-        raise BadValueError(
-            "TaskBatches.no_in_batch_negatives trains those tasks on their hard negatives alone (pairs marked one "
-            "example by query id): it needs train.id_masking = True and train.num_negatives > 0"
-        )
-    if teacher_guide is not None and not id_masking:
-        raise BadValueError("train.teacher_guide masks by document ids: it needs train.id_masking = True")
-    teacher = registration_features(teacher_scores, teacher_guide, contrastive_weight)
-    tx, lr_schedule = optimizer.adafactor(train_steps=train_steps)
-    hosts, host = jax.process_count(), jax.process_index()
-    if batch_size % mesh.shape["data"] or batch_size % hosts:
-        raise BadValueError(
-            f"BATCH_SIZE={batch_size} must be divisible by the {mesh.shape['data']} data-parallel devices "
-            f"of the {hosts} host(s)"
-        )
-    from samtone_jax.data import pipeline
+
+
+def fit(
+    model_dir: str,
+    model,
+    loss_fn,
+    mesh,
+    rules=partitioning.DEFAULT_RULES,
+    *,
+    schedule: loop.Schedule,
+    inputs: TrainInputs,
+    packing: Packing | None = None,
+    evaluation: Evaluation = Evaluation(),
+    init_checkpoint: str | None = None,
+    grad_cache_chunk_size: int | None = None,
+) -> dict:
+    """Train `model` on `inputs` with `loss_fn` (the whole objective) on `mesh` in MODEL_DIR, as
+    `schedule` says (loop.run); returns the last logged metrics."""
     from samtone_jax.tasks import registration
 
+    inputs.check_mesh(mesh)
+    tx, lr_schedule = optimizer.adafactor(train_steps=schedule.train_steps)
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
-        if host == 0:
-            _keep_vocabulary(vocabulary, model_dir)
-        registration.register(vocabulary, num_negatives, teacher)
-        dataset = functools.partial(
-            pipeline.train_dataset,
-            teacher_scores=teacher.scores,
-            guide_ids=0 if teacher.guide is None else teacher.guide.max_ids,
-            batch_size=batch_size // hosts,
-            query_length=query_length,
-            doc_length=doc_length,
-            seed=seed,
-            num_negatives=num_negatives,
-            shard_index=host,
-            num_shards=hosts,
-            data_shards=data_shards,
-            shuffle_block_size=shuffle_block_size,
-        )
-
-        def init_state(fresh: bool):
-            return initial_state(model, tx, mesh, seed, init_checkpoint if fresh else None, rules)
-
-        pack = _packer(packing, packing_max_segments, packing_row_bits, grad_cache_chunk_size, mesh)
-
-        def batches(start: int):
-            if task_batches is None:
-                for batch in dataset(task, split, start_batch=start).as_numpy_iterator():
-                    yield partitioning.host_to_global(mesh, pack(model_features(batch, id_masking)))
-                return
-            data_devices = mesh.shape["data"]
-            source = mixture_batches(task, split, task_batches, dataset, batch_size, seed, start, data_devices)
-            for name, batch in source:
-                yield dict(partitioning.host_to_global(mesh, pack(model_features(batch, id_masking))), task=name)
-
-        max_segments = packing_max_segments if packing else None
+        if jax.process_index() == 0:
+            _keep_vocabulary(inputs.spec.vocabulary, model_dir)
+        registration.register(inputs.spec)
+        max_segments = packing.max_segments if packing else None
         step_fn = jax.jit(
             make_train_step(model, tx, lr_schedule, mesh, grad_cache_chunk_size, loss_fn, max_segments),
             donate_argnums=0,
@@ -347,89 +355,48 @@ def train(
                 metrics = dict(metrics, **named)
             return state, metrics
 
-        evaluators = []
-        if eval_split:
-            eval_fn = jax.jit(make_eval_step(model, mesh, loss_fn))
-            evaluators.append(
-                lambda state: _evaluate(eval_fn, state, dataset, task, eval_split, mesh, eval_batches, id_masking)
-            )
-        if retrieval_eval_task:
-            from samtone_jax.data import vocab as vocab_lib
-            from samtone_jax.evaluation.train_hook import RetrievalEval
-
-            retrieval_eval = RetrievalEval(
-                model,
-                mesh,
-                vocab_lib.tokens(vocabulary),
-                retrieval_eval_task,
-                retrieval_eval_split,
-                query_length,
-                doc_length,
-            )
-            evaluators.append(lambda state: retrieval_eval(state["params"]))
-
-        def evaluate(state):
-            return {k: v for evaluator in evaluators for k, v in evaluator(state).items()}
+        def init_state(fresh: bool):
+            return initial_state(model, tx, mesh, inputs.seed, init_checkpoint if fresh else None, rules)
 
         return loop.run(
             model_dir,
             schedule,
             init_state=init_state,
-            batches=batches,
+            batches=batch_source(inputs, mesh, packing, grad_cache_chunk_size),
             step=step,
-            evaluate=evaluate if evaluators else None,
+            evaluate=_evaluator(model, mesh, loss_fn, inputs, evaluation),
         )
 
 
-def registration_features(teacher_scores: bool, teacher_guide, contrastive_weight: float):
-    """tasks/registration.TeacherFeatures of train.teacher_scores / train.teacher_guide."""
-    from samtone_jax.tasks.registration import TeacherFeatures
+def _evaluator(model, mesh, loss_fn, inputs: TrainInputs, evaluation: Evaluation):
+    """state -> metrics of the in-training evaluation (None: no evaluation)."""
+    evaluators = []
+    if evaluation.split:
+        eval_fn = jax.jit(make_eval_step(model, mesh, loss_fn))
 
-    if teacher_guide is not None and not teacher_guide.active:
-        raise BadValueError(
-            "train.teacher_guide is a FalseNegativeFilter with no cut: set FalseNegativeFilter.margin (0: scored "
-            "above the positive), FalseNegativeFilter.relative_margin or FalseNegativeFilter.max_score"
+        def in_batch(state):  # mean loss metrics over the first batches of the split
+            totals = {}
+            for batch in eval_batches(inputs, mesh, evaluation.split, evaluation.batches):
+                for k, v in jax.device_get(eval_fn(state["params"], batch)).items():
+                    totals[k] = totals.get(k, 0.0) + float(v) / evaluation.batches
+            return totals
+
+        evaluators.append(in_batch)
+    if evaluation.retrieval_task:
+        from samtone_jax.data import vocab as vocab_lib
+        from samtone_jax.evaluation.train_hook import RetrievalEval
+
+        spec = inputs.spec
+        retrieval_eval = RetrievalEval(
+            model,
+            mesh,
+            vocab_lib.tokens(spec.vocabulary),
+            evaluation.retrieval_task,
+            evaluation.retrieval_split,
+            spec.query_length,
+            spec.doc_length,
         )
-    if teacher_guide is not None and not contrastive_weight:
-        raise BadValueError(
-            "train.teacher_guide removes negatives from the contrastive loss, which train.contrastive_weight = 0 "
-            "turns off: drop the guide or give the contrastive loss a weight"
-        )
-    return TeacherFeatures(teacher_scores, teacher_guide)
-
-
-def _packer(packing: bool, max_segments: int, row_bits: int, chunk: int | None, mesh):
-    """features -> packed features (this host's devices' rows; identity without packing). Every
-    host's row count must agree (one global array): with several hosts the largest is taken."""
-    if not packing:
-        return lambda features: features
-    from samtone_jax.data.packing import pack_batch
-
-    if max_segments < 1 or row_bits < 1:
-        raise BadValueError(
-            f"train.packing_max_segments = {max_segments} and train.packing_row_bits = {row_bits} must be ≥ 1"
-        )
-    devices = mesh.shape["data"] // jax.process_count()
-    agree = None
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        def agree(rows: tuple[int, int]) -> tuple[int, int]:
-            q, d = np.max(multihost_utils.process_allgather(np.asarray(rows, np.int32)), axis=0)
-            return int(q), int(d)
-
-    host = jax.process_index()
-    # GradCache encodes chunks of whole rows.
-    return lambda features: pack_batch(features, devices, max_segments, row_bits, chunk or 1, agree, host)
-
-
-def _evaluate(eval_fn, state, dataset, task, split, mesh, num_batches, id_masking):
-    """Mean loss metrics over the first `num_batches` batches of the eval split (seed-fixed)."""
-    totals = {}
-    for _, batch in zip(range(num_batches), dataset(task, split, start_batch=0).as_numpy_iterator(), strict=False):
-        out = jax.device_get(
-            eval_fn(state["params"], partitioning.host_to_global(mesh, model_features(batch, id_masking)))
-        )
-        for k, v in out.items():
-            totals[k] = totals.get(k, 0.0) + float(v) / num_batches
-    return totals
+        evaluators.append(lambda state: retrieval_eval(state["params"]))
+    if not evaluators:
+        return None
+    return lambda state: {k: v for evaluator in evaluators for k, v in evaluator(state).items()}

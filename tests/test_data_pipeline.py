@@ -13,7 +13,10 @@ from official_formats import MORE_SENSES, write_msmarco, write_wordnet
 from samtone_jax import cli
 from samtone_jax.data import pipeline, sentencepiece_tokens
 from samtone_jax.data import vocab as vocab_lib
+from samtone_jax.data.input_spec import InputSpec
 from samtone_jax.tasks import catalogue, prompts, registration
+
+SHORT = InputSpec(query_length=8, doc_length=12)  # the batches' lengths (the vocabulary is the registered one)
 
 
 @pytest.fixture
@@ -34,15 +37,15 @@ def fixture_tasks(tmp_path, monkeypatch):
     ]
     vocab_path = tmp_path / "fixture.model"
     vocab_lib.train_sentencepiece(texts, 100, str(vocab_path))
-    registration.register(str(vocab_path))
+    registration.register(InputSpec(str(vocab_path)))
     yield vocab_path
     registration.register()  # back to the default vocabulary
 
 
 def _batches(n, **kw):
-    args = dict(batch_size=4, query_length=8, doc_length=12, seed=3)
+    args = dict(batch_size=4, seed=3)
     args.update(kw)
-    ds = pipeline.train_dataset("wordnet_definitions", "all", **args)
+    ds = pipeline.train_dataset("wordnet_definitions", "all", InputSpec(query_length=8, doc_length=12), **args)
     return [b for _, b in zip(range(n), ds.as_numpy_iterator(), strict=False)]
 
 
@@ -110,25 +113,24 @@ def test_shuffle_blocks_keep_consecutive_examples_together(fixture_tasks):
 
 
 def test_hard_negatives_flow_into_features(fixture_tasks):
-    registration.register(str(fixture_tasks), num_negatives=2)
-    ds = pipeline.train_dataset(
-        "msmarco_passage", "train", batch_size=2, query_length=8, doc_length=10, num_negatives=2
-    )
+    spec = InputSpec(str(fixture_tasks), query_length=8, doc_length=10, num_negatives=2)
+    registration.register(spec)  # one spec for the examples' columns and the batches' features
+    ds = pipeline.train_dataset("msmarco_passage", "train", spec, batch_size=2)
     batch = next(ds.as_numpy_iterator())
     assert batch["negative_tokens"].shape == (2, 2, 10) and batch["negative_ids"].shape == (2, 2)
-    columns = registration.examples("msmarco_passage", "train", 2)
+    columns = registration.examples("msmarco_passage", "train", spec)
     by_query = {q: set(n) for q, n in zip(columns["query_id"], columns["negative_ids"].tolist(), strict=True)}
     for q, negatives in zip(batch["query_id"], batch["negative_ids"], strict=True):
         assert set(negatives.tolist()) == by_query[q]
     assert all(row[row != 0][-1] == 1 for row in batch["negative_tokens"].reshape(-1, 10))
     with pytest.raises(ValueError, match="no query has 5 hard negatives"):
-        registration.examples("msmarco_passage", "train", 5)
+        registration.examples("msmarco_passage", "train", InputSpec(num_negatives=5))
 
 
 def test_mixture_of_tasks(fixture_tasks):
     seqio.MixtureRegistry.remove("fixture_mixture")
     seqio.MixtureRegistry.add("fixture_mixture", [("wordnet_definitions", 1.0), ("msmarco_passage", 1.0)])
-    ds = pipeline.train_dataset("fixture_mixture", "train", batch_size=8, query_length=8, doc_length=12, seed=0)
+    ds = pipeline.train_dataset("fixture_mixture", "train", SHORT, batch_size=8, seed=0)
     ids = np.concatenate([b["doc_id"] for _, b in zip(range(6), ds.as_numpy_iterator(), strict=False)])
     msmarco_docs = set(registration.examples("msmarco_passage", "train")["doc_id"].tolist())
     assert 0 < sum(i in msmarco_docs for i in ids.tolist()) < len(ids)  # both tasks contribute
@@ -193,13 +195,13 @@ def test_build_vocab_over_several_tasks_or_a_mixture(fixture_tasks, tmp_path, ca
 def test_prompts_go_before_every_text_and_leave_the_ids_alone(fixture_tasks):
     from samtone_jax import configurables
 
-    plain = registration.examples("wordnet_definitions", "all", 0)
+    plain = registration.examples("wordnet_definitions", "all")
     configurables.parse([], ["prompts.query = 'query: '", "prompts.document = 'passage: '"])
     try:
-        prompted = registration.examples("wordnet_definitions", "all", 0)
+        prompted = registration.examples("wordnet_definitions", "all")
         assert prompts.prompt_of("wordnet_definitions") == ("query: ", "passage: ")
         configurables.parse([], ["prompts.per_task = {'wordnet_definitions': ('define: ', '')}"])
-        per_task = registration.examples("wordnet_definitions", "all", 0)
+        per_task = registration.examples("wordnet_definitions", "all")
         configurables.parse([], ["prompts.per_task = {'wordnet_definitions': 'define: '}"])
         with pytest.raises(ValueError, match=r"prompts.per_task\['wordnet_definitions'\] must be a \(query prompt"):
             prompts.prompt_of("wordnet_definitions")
@@ -226,9 +228,7 @@ def _mixture(rates=(3.0, 1.0)):
 def _task_batches(config, steps, start=0, seed=5, hosts=1, host=0):
     from samtone_jax.tasks import task_batches
 
-    dataset = functools.partial(
-        pipeline.train_dataset, query_length=8, doc_length=12, seed=seed, shard_index=host, num_shards=hosts
-    )
+    dataset = functools.partial(pipeline.train_dataset, spec=SHORT, seed=seed, shard_index=host, num_shards=hosts)
     source = task_batches.batches(
         _mixture(),
         "train",
@@ -371,10 +371,10 @@ def tfds_task(tmp_path, fixture_tasks):
     spec = {"tfds_name": "toy_retrieval_pairs:1.0.0", "query": "question", "document": "context/sentence"}
     spec |= {"splits": ("train", "test"), "data_dir": str(data_dir)}
     configurables.parse([], [f"tfds_tasks.tasks = {{'toy_tfds': {spec!r}}}"])
-    registration.register(str(fixture_tasks))
+    registration.register(InputSpec(str(fixture_tasks)))
     yield spec
     configurables.parse([], [])
-    registration.register(str(fixture_tasks))
+    registration.register(InputSpec(str(fixture_tasks)))
 
 
 def test_a_tfds_dataset_is_a_task_like_any_other(tfds_task):
@@ -385,15 +385,11 @@ def test_a_tfds_dataset_is_a_task_like_any_other(tfds_task):
     collection = catalogue.collection("toy_tfds", "train")
     pairs = sorted((collection.queries[q], collection.corpus[d]) for q, d in collection.pairs())
     assert pairs == sorted(TFDS_PAIRS[:6]) and len(catalogue.collection("toy_tfds", "test").queries) == 2
-    batch = next(
-        pipeline.train_dataset("toy_tfds", "train", batch_size=3, query_length=8, doc_length=12).as_numpy_iterator()
-    )
+    batch = next(pipeline.train_dataset("toy_tfds", "train", SHORT, batch_size=3).as_numpy_iterator())
     assert batch["query_tokens"].shape == (3, 8) and len(set(batch["doc_id"].tolist())) == 3
     seqio.MixtureRegistry.remove("toy_mixture")
     seqio.MixtureRegistry.add("toy_mixture", [("toy_tfds", 1.0), ("wordnet_definitions", 1.0)])
-    mixed = next(
-        pipeline.train_dataset("toy_mixture", "train", batch_size=4, query_length=8, doc_length=12).as_numpy_iterator()
-    )
+    mixed = next(pipeline.train_dataset("toy_mixture", "train", SHORT, batch_size=4).as_numpy_iterator())
     assert mixed["query_tokens"].shape == (4, 8)
     bad = dict(tfds_task, document="context/text")
     configurables.parse([], [f"tfds_tasks.tasks = {{'toy_tfds_bad': {bad!r}}}"])

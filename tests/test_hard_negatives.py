@@ -74,6 +74,7 @@ def test_bm25_mining_writes_the_file_the_tasks_read(tmp_path):
 
 def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
     from samtone_jax import configurables
+    from samtone_jax.data.input_spec import InputSpec
     from samtone_jax.tasks import catalogue, registration
 
     collection = catalogue.collection("wordnet_definitions", "all")
@@ -86,7 +87,7 @@ def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
         with_negatives = catalogue.collection("wordnet_definitions", "all")
         assert with_negatives.hard_negatives == {qid: docs}  # the unknown id is dropped and counted
         assert with_negatives.stats["negatives_with_missing_document"] == 1
-        columns = registration.examples("wordnet_definitions", "all", num_negatives=2)
+        columns = registration.examples("wordnet_definitions", "all", InputSpec(num_negatives=2))
         assert len(columns["negatives"]) == sum(1 for q, _ in with_negatives.pairs() if q == qid)
     finally:
         configurables.parse([], [])

@@ -220,14 +220,14 @@ def gin_samtone():
 def test_the_packed_step_equals_the_unpacked_step_sharded_and_with_grad_cache(gin_samtone):
     """Same pairs, packed on 8 devices (plain and GradCache) vs unpacked on one: the same loss,
     metrics and updated parameters (dropout off: packed rows draw their masks per row)."""
-    from samtone_jax import partitioning, train
+    from samtone_jax import partitioning, train_batches
     from samtone_jax.data.packing import pack_batch
 
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
     model = DualEncoder(TINY, "ade_spl", projection_dim=16, identical_tower_init=False)
     raw = _batch(seed=7, b=64, k=2, short=5)
-    batch = train.model_features(dict(raw, query_id=np.arange(64) % 40))  # duplicates, to be masked
+    batch = train_batches.model_features(dict(raw, query_id=np.arange(64) % 40))  # duplicates, to be masked
     packed = pack_batch(batch, devices=8, max_segments=4, row_multiple=2)
     assert packed["query_tokens"].shape[0] < 64 and packed["doc_tokens"].shape[0] < 64 * 3  # fewer rows than texts
     one = partitioning.create_mesh(devices=jax.devices()[:1])

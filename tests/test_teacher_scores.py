@@ -212,12 +212,13 @@ def wordnet_scores(wordnet_env, tmp_path):
 def test_scores_file_gives_the_examples_their_teacher_scores_and_guide_ids(wordnet_scores):
     from samtone_jax.data.collection import text_id
     from samtone_jax.data.false_negatives import FalseNegativeFilter
-    from samtone_jax.tasks.registration import TeacherFeatures, examples
+    from samtone_jax.data.input_spec import InputSpec
+    from samtone_jax.tasks.registration import examples
 
     out, collection = wordnet_scores
     rows = _rows(out)
     guide = FalseNegativeFilter(margin=0.5, max_ids=3)
-    columns = examples("wordnet_definitions", "all", 2, teacher=TeacherFeatures(True, guide))
+    columns = examples("wordnet_definitions", "all", InputSpec(num_negatives=2, teacher_scores=True, guide=guide))
     by_text = {text_id(t): k for k, t in collection.corpus.items()}
     queries = {text_id(t): k for k, t in collection.queries.items()}
     flagged_any = False
@@ -240,42 +241,36 @@ def test_scores_file_gives_the_examples_their_teacher_scores_and_guide_ids(wordn
 
 @pytest.mark.slow
 def test_teacher_features_travel_through_the_pipeline_packing_and_model_features(wordnet_scores, wordnet_data):
-    from samtone_jax import train
+    from samtone_jax import train_batches
     from samtone_jax.data import packing, pipeline
     from samtone_jax.data.false_negatives import FalseNegativeFilter
+    from samtone_jax.data.input_spec import InputSpec
     from samtone_jax.tasks import registration
 
-    teacher = registration.TeacherFeatures(True, FalseNegativeFilter(margin=0.5, max_ids=3))
-    registration.register(str(wordnet_data[1]), 2, teacher)
+    guide = FalseNegativeFilter(margin=0.5, max_ids=3)
+    spec = InputSpec(str(wordnet_data[1]), 8, 12, num_negatives=2, teacher_scores=True, guide=guide)
+    registration.register(spec)
     try:
-        columns = registration.examples("wordnet_definitions", "all", 2, teacher=teacher)
+        columns = registration.examples("wordnet_definitions", "all", spec)
         by_pair = {(q, d): i for i, (q, d) in enumerate(zip(columns["query_id"], columns["doc_id"], strict=True))}
-        ds = pipeline.train_dataset(
-            "wordnet_definitions",
-            "all",
-            batch_size=8,
-            query_length=8,
-            doc_length=12,
-            num_negatives=2,
-            teacher_scores=True,
-            guide_ids=3,
-        )
+        ds = pipeline.train_dataset("wordnet_definitions", "all", spec, batch_size=8)
         batch = next(ds.as_numpy_iterator())
     finally:
         registration.register()
     rows = [by_pair[q, d] for q, d in zip(batch["query_id"], batch["doc_id"], strict=True)]
     np.testing.assert_array_equal(batch["teacher_scores"], columns["teacher_scores"][rows])
     np.testing.assert_array_equal(batch["guide_ids"], columns["guide_ids"][rows])
-    features = train.model_features(batch)
-    np.testing.assert_array_equal(features["guide_ids"], train.fold_ids(columns["guide_ids"][rows]))
+    features = train_batches.model_features(batch)
+    np.testing.assert_array_equal(features["guide_ids"], train_batches.fold_ids(columns["guide_ids"][rows]))
     packed = packing.pack_batch(features, 2, 4)
     np.testing.assert_array_equal(packed["teacher_scores"], batch["teacher_scores"])  # per pair, as the ids
 
 
 def test_a_mined_file_without_scores_cannot_feed_teacher_features(wordnet_env, tmp_path):
     from samtone_jax import configurables
+    from samtone_jax.data.input_spec import InputSpec
     from samtone_jax.tasks import catalogue
-    from samtone_jax.tasks.registration import TeacherFeatures, examples
+    from samtone_jax.tasks.registration import examples
 
     collection = catalogue.collection("wordnet_definitions", "all")
     qid = sorted(collection.queries)[0]
@@ -284,7 +279,7 @@ def test_a_mined_file_without_scores_cannot_feed_teacher_features(wordnet_env, t
     configurables.parse([], [f"hard_negatives_file.path = '{path}'"])
     try:
         with pytest.raises(BadValueError, match="has none: point it at a `samtone score` file"):
-            examples("wordnet_definitions", "all", 1, teacher=TeacherFeatures(scores=True))
+            examples("wordnet_definitions", "all", InputSpec(num_negatives=1, teacher_scores=True))
     finally:
         configurables.parse([], [])
 

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from samtone_jax import configurables, gin_utils, grad_cache, optimizer, partitioning, train
+from samtone_jax import configurables, gin_utils, grad_cache, optimizer, partitioning, train, train_batches
 from samtone_jax.batch_embeddings import embed_batch
 
 
@@ -25,7 +25,7 @@ def _batch(batch=16, k=0, seed=0, vocab=97):
     if k:
         out["negative_tokens"] = rng.randint(2, vocab, size=(batch, k, 11)).astype(np.int32)
         out["negative_ids"] = rng.randint(0, 10, size=(batch, k)).astype(np.int64)
-    return train.model_features(out)
+    return train_batches.model_features(out)
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_teacher_scores_and_guide_ids_travel_through_sharding_and_grad_cache(gin
     batch["teacher_scores"] = rng.uniform(0, 10, (16, 3)).astype(np.float32)
     guide = np.repeat(batch["doc_id"][:, None], 2, axis=1)
     guide[:, 0] = rng.randint(0, 10, 16)  # the ids _batch draws from: flags other pairs' documents
-    batch["guide_ids"] = train.fold_ids(guide)
+    batch["guide_ids"] = train_batches.fold_ids(guide)
     loss = with_distillation(
         gin_utils.contrastive_loss,
         lambda q, d, n, t, axis_name: distillation_loss(q, d, n, t, temperature=0.1, axis_name=axis_name),
@@ -183,7 +183,7 @@ def test_chunk_size_that_does_not_divide_is_a_clear_error(gin_tiny):
 
 def test_fold_ids_keeps_equality():
     ids = np.array([2**40 + 5, 2**40 + 5, 7, -3, 2**63 - 1], np.int64)
-    folded = train.fold_ids(ids)
+    folded = train_batches.fold_ids(ids)
     assert folded.dtype == np.int32
     assert folded[0] == folded[1] and len(set(folded.tolist())) == 4
 
@@ -287,8 +287,8 @@ def test_id_masking_off_makes_duplicates_negatives(gin_tiny):
     is masked; with ids, the batch's duplicate ids are masked and the loss differs."""
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
     raw = _batch(batch=16)
-    with_ids, without = train.model_features(raw), train.model_features(raw, id_masking=False)
-    assert "doc_id" in with_ids and not any(k in without for k in train.ID_FEATURES)
+    with_ids, without = train_batches.model_features(raw), train_batches.model_features(raw, id_masking=False)
+    assert "doc_id" in with_ids and not any(k in without for k in train_batches.ID_FEATURES)
     params = jax.device_get(nn.unbox(train.init_params(gin_tiny, jax.random.PRNGKey(0))))
     metrics = {}
     for name, features in (("masked", with_ids), ("unmasked", without)):

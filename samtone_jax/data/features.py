@@ -9,7 +9,7 @@ truncated to length−1 then EOS-terminated (T5's `append_eos_after_trim`), zero
 packed — the ids, and `query_truncated` / `doc_truncated` (int32 0/1) so truncation is counted.
 
 Teacher features pass through as they are: `teacher_scores` (float32 [1 + K]) and `guide_ids`
-(int64 [G]), when the converter is built with them (tasks/registration.TeacherFeatures).
+(int64 [G]), when the converter is built with them (data/input_spec.InputSpec).
 """
 
 from __future__ import annotations

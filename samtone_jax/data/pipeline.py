@@ -24,6 +24,7 @@ import numpy as np
 import seqio
 
 from samtone_jax.data.features import DualEncoderFeatureConverter
+from samtone_jax.data.input_spec import InputSpec
 from samtone_jax.errors import BadValueError
 from samtone_jax.tensorflow_setup import tf
 
@@ -31,14 +32,10 @@ from samtone_jax.tensorflow_setup import tf
 def train_dataset(
     name: str,
     split: str,
+    spec: InputSpec,
     *,
     batch_size: int,
-    query_length: int,
-    doc_length: int,
     seed: int = 0,
-    num_negatives: int = 0,
-    teacher_scores: bool = False,
-    guide_ids: int = 0,
     shard_index: int = 0,
     num_shards: int = 1,
     data_shards: int | None = None,
@@ -48,12 +45,12 @@ def train_dataset(
     """Infinite dataset of batches {query_tokens [b, Lq], doc_tokens [b, Ld], ids, ...} for one host.
 
     `batch_size` is this host's share of the global batch; `shard_index` / `num_shards` are the host
-    and host count; `data_shards` V (default num_shards) as in the module docstring. The task must be
-    registered with the same num_negatives and teacher features (tasks/registration.register);
-    `teacher_scores` / `guide_ids` G add those features to every batch.
+    and host count; `data_shards` V (default num_shards) as in the module docstring. `spec` gives the
+    lengths and the features every batch carries; the task is registered with the same spec
+    (tasks/registration.register(spec)).
     """
-    if batch_size <= 0 or query_length < 2 or doc_length < 2:
-        raise BadValueError(f"batch_size ({batch_size}) must be > 0 and lengths ({query_length}, {doc_length}) >= 2")
+    if batch_size <= 0:
+        raise BadValueError(f"batch_size ({batch_size}) must be > 0")
     if not 0 <= shard_index < num_shards:
         raise BadValueError(f"shard_index {shard_index} must be in [0, {num_shards})")
     shards = data_shards or num_shards
@@ -69,8 +66,8 @@ def train_dataset(
             f"is a run of consecutive examples of the whole task); data_shards is {shards}"
         )
     provider = seqio.get_mixture_or_task(name)
-    converter = DualEncoderFeatureConverter(num_negatives, teacher_scores, guide_ids)
-    lengths = converter.task_feature_lengths(query_length, doc_length)
+    converter = DualEncoderFeatureConverter(spec.num_negatives, spec.teacher_scores, spec.guide_ids)
+    lengths = converter.task_feature_lengths(spec.query_length, spec.doc_length)
     per_shard = global_batch // shards
     owned = range(shard_index * shards // num_shards, (shard_index + 1) * shards // num_shards)
     streams = [

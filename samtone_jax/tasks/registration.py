@@ -1,15 +1,15 @@
 """Register every collection in samtone_jax.tasks as a seqio Task (and a few mixtures).
 
-`register(vocabulary_path)` (re)registers all tasks with that SentencePiece vocabulary; it runs
-with the public T5 vocabulary on import of `samtone_jax.tasks.registration`, and again from a
-run with its gin VOCABULARY. The source of each task is a `seqio.FunctionDataSource` over the
-collection's relevant (query, document) pairs, in a stable order; `shuffle_files=True` with a
-seed permutes them (a full, deterministic shuffle, not a buffer).
+`register(spec)` (re)registers all tasks with an InputSpec (data/input_spec.py: the vocabulary and
+the example columns); it runs with the defaults (T5's public vocabulary) on import of
+`samtone_jax.tasks.registration`, and again from a run with its own. The source of each task is
+a `seqio.FunctionDataSource` over the collection's relevant (query, document) pairs, in a stable
+order; `shuffle_files=True` with a seed permutes them (a full, deterministic shuffle, not a
+buffer).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import numpy as np
@@ -18,38 +18,23 @@ import seqio
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.collection import text_id
 from samtone_jax.data.false_negatives import FalseNegativeFilter
+from samtone_jax.data.input_spec import InputSpec
 from samtone_jax.errors import BadValueError
 from samtone_jax.tasks import catalogue, prompts
 from samtone_jax.tensorflow_setup import tf
 
 
-@dataclasses.dataclass(frozen=True)
-class TeacherFeatures:
-    """Which teacher features the examples carry, from the task's `samtone score` file
-    (hard_negatives_file.path): `scores` adds teacher_scores [1 + K] (the pair's positive, then its
-    K negatives); `guide` (a FalseNegativeFilter) adds guide_ids [max_ids], the text ids of the
-    query's scored documents it flags, highest score first, padded with the pair's own doc_id."""
-
-    scores: bool = False
-    guide: FalseNegativeFilter | None = None
-
-    @property
-    def any(self) -> bool:
-        return self.scores or self.guide is not None
-
-
 def examples(
-    name: str,
-    split: str,
-    num_negatives: int = 0,
-    skip_bad_records: bool | None = None,
-    teacher: TeacherFeatures = TeacherFeatures(),
+    name: str, split: str, spec: InputSpec = InputSpec(), skip_bad_records: bool | None = None
 ) -> dict[str, np.ndarray]:
-    """Column arrays of the task's training examples (cached per data root); see `_examples`.
-    skip_bad_records None: gin's `skip_bad_records.enabled`."""
+    """Column arrays of the task's training examples with the columns `spec` asks for (cached per
+    data root); see `_examples`. skip_bad_records None: gin's `skip_bad_records.enabled`."""
     skip = catalogue.skip_bad_records() if skip_bad_records is None else skip_bad_records
     negatives_file, prompt = catalogue.hard_negatives_file(), prompts.prompt_of(name)
-    return _examples(name, split, num_negatives, skip, catalogue.root_of(name), negatives_file, teacher, prompt)
+    root = catalogue.root_of(name)
+    return _examples(
+        name, split, spec.num_negatives, skip, root, negatives_file, spec.teacher_scores, spec.guide, prompt
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -60,7 +45,8 @@ def _examples(
     skip_bad_records: bool,
     root: str,
     negatives_file: str | None,
-    teacher: TeacherFeatures,
+    teacher_scores: bool,
+    guide: FalseNegativeFilter | None,
     prompt: tuple[str, str] = ("", ""),
 ) -> dict[str, np.ndarray]:
     """Column arrays of the task's training examples: one row per relevant (query, document) pair.
@@ -93,13 +79,14 @@ def _examples(
         prompted = [[doc_prompt + t for t in row] for row in negatives]
         columns["negatives"] = np.array(prompted, dtype=object).reshape(len(pairs), num_negatives)
         columns["negative_ids"] = np.array([[text_id(t) for t in row] for row in negatives], np.int64)
-    if teacher.any:
-        columns.update(_teacher_columns(collection, pairs, num_negatives, teacher, f"{name}/{split}", negatives_file))
+    if teacher_scores or guide is not None:
+        what = f"{name}/{split}"
+        columns.update(_teacher_columns(collection, pairs, num_negatives, teacher_scores, guide, what, negatives_file))
     return columns
 
 
-def _teacher_columns(collection, pairs, num_negatives: int, teacher: TeacherFeatures, what: str, path) -> dict:
-    """teacher_scores [N, 1 + K] float32 and / or guide_ids [N, G] int64 of the pairs (TeacherFeatures)."""
+def _teacher_columns(collection, pairs, num_negatives: int, teacher_scores: bool, guide, what: str, path) -> dict:
+    """teacher_scores [N, 1 + K] float32 and / or guide_ids [N, G] int64 of the pairs (InputSpec)."""
     scores = collection.teacher_scores
     if not scores:
         raise BadValueError(
@@ -118,13 +105,13 @@ def _teacher_columns(collection, pairs, num_negatives: int, teacher: TeacherFeat
         return scores[q][d]
 
     out = {}
-    if teacher.scores:
+    if teacher_scores:
         out["teacher_scores"] = np.array(
             [[score(q, d)] + [score(q, n) for n in collection.hard_negatives[q][:num_negatives]] for q, d in pairs],
             np.float32,
         ).reshape(len(pairs), 1 + num_negatives)
-    if teacher.guide is not None:
-        guide, width = teacher.guide, teacher.guide.max_ids
+    if guide is not None:
+        width = guide.max_ids
         rows, flagged_total, over, unknown = [], 0, 0, 0
         for q, d in pairs:
             relevant = {r for r, rel in collection.qrels.get(q, {}).items() if rel > 0}
@@ -146,10 +133,8 @@ def _teacher_columns(collection, pairs, num_negatives: int, teacher: TeacherFeat
     return out
 
 
-def _dataset_fn(
-    name: str, num_negatives: int, teacher: TeacherFeatures, split: str, shuffle_files: bool, seed: int | None = None
-):
-    columns = examples(name, split, num_negatives, teacher=teacher)
+def _dataset_fn(name: str, spec: InputSpec, split: str, shuffle_files: bool, seed: int | None = None):
+    columns = examples(name, split, spec)
     if shuffle_files:
         order = np.random.RandomState(0 if seed is None else seed).permutation(len(columns["query"]))
         columns = {k: v[order] for k, v in columns.items()}
@@ -169,30 +154,36 @@ def _tokenize_negatives(ds: tf.data.Dataset, output_features) -> tf.data.Dataset
     return ds.map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def register(
-    vocabulary_path: str | None = None, num_negatives: int = 0, teacher: TeacherFeatures = TeacherFeatures()
-) -> None:
-    """(Re)register every task and mixture with the given vocabulary (None: public T5), K hard
-    negatives per example and the teacher features."""
-    vocabulary = vocab_lib.vocabulary(vocabulary_path)
+# What the registry holds now (register's key): a run with the same inputs leaves it as it is.
+_registered: tuple | None = None
+
+
+def register(spec: InputSpec = InputSpec()) -> None:
+    """(Re)register every task and mixture with `spec`'s vocabulary and example columns (hard
+    negatives, teacher features); nothing changes when the registry already holds exactly these."""
+    global _registered
+    every = catalogue.loaders()
+    key = (spec.vocabulary, spec.columns, repr(catalogue.tfds_tasks()), tuple(sorted(every)))
+    if key == _registered and all(name in seqio.TaskRegistry.names() for name in every):
+        return
+    vocabulary = vocab_lib.vocabulary(spec.vocabulary)
     # EOS is appended by the feature converter after truncation, as T5's append_eos_after_trim.
     output_features = {
         "query": seqio.Feature(vocabulary, add_eos=False),
         "document": seqio.Feature(vocabulary, add_eos=False),
     }
-    for name, (_, splits, _) in catalogue.loaders().items():
+    for name, (_, splits, _) in every.items():
         seqio.TaskRegistry.remove(name)
         seqio.TaskRegistry.add(
             name,
-            source=seqio.FunctionDataSource(
-                functools.partial(_dataset_fn, name, num_negatives, teacher), splits=splits
-            ),
+            source=seqio.FunctionDataSource(functools.partial(_dataset_fn, name, spec), splits=splits),
             output_features=output_features,
             preprocessors=[seqio.preprocessors.tokenize, _tokenize_negatives],
         )
-    for mixture, members in catalogue.MIXTURES.items():  # named in the TF-free tasks module
+    for mixture, members in catalogue.MIXTURES.items():  # named in the TF-free catalogue
         seqio.MixtureRegistry.remove(mixture)
         seqio.MixtureRegistry.add(mixture, [(m, 1.0) for m in members])
+    _registered = key
 
 
 register()

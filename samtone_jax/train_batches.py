@@ -1,0 +1,163 @@
+"""The batch source of `samtone train`: what the run reads (TrainInputs), how its rows are packed
+(Packing), and the global arrays each step takes.
+
+  seqio task or mixture -> this host's tf.data batches (data/pipeline.py; a mixture's task-
+  homogeneous batches: tasks/task_batches.py) -> model_features (tokens and folded ids) -> packed
+  rows (data/packing.py) -> one global jax.Array per feature (partitioning.host_to_global)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import numpy as np
+
+from samtone_jax import partitioning
+from samtone_jax.data.input_spec import InputSpec
+from samtone_jax.errors import BadValueError
+from samtone_jax.tasks.task_batches import TaskBatches, mixture_batches
+
+ID_FEATURES = ("query_id", "doc_id", "negative_ids", "guide_ids")
+
+
+def fold_ids(ids: np.ndarray) -> np.ndarray:
+    """int64 hashes -> int32 (JAX's default width): xor of the halves, equal ids stay equal."""
+    ids = np.asarray(ids, np.int64)
+    return ((ids ^ (ids >> 32)) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def model_features(batch: dict[str, np.ndarray], id_masking: bool = True) -> dict[str, np.ndarray]:
+    """The arrays the step consumes (tokens and folded ids; bookkeeping features dropped). Without
+    id_masking the ids are dropped too: the loss then treats only the diagonal as positive."""
+    keep = ("query_tokens", "doc_tokens", "negative_tokens", "teacher_scores", *(ID_FEATURES if id_masking else ()))
+    return {k: (fold_ids(v) if k in ID_FEATURES else v) for k, v in batch.items() if k in keep}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainInputs:
+    """What a run reads (gin `train.*`): `task` / `split`, the *global* `batch_size`, the data order
+    (`seed`, `data_shards`, `shuffle_block_size`: data/pipeline.py), what every example carries
+    (`spec`), whether ids mask duplicates (`id_masking`), and a mixture's one-task batches
+    (`task_batches`)."""
+
+    task: str
+    split: str
+    batch_size: int
+    spec: InputSpec
+    seed: int = 0
+    data_shards: int | None = None
+    shuffle_block_size: int = 1
+    id_masking: bool = True
+    task_batches: TaskBatches | None = None
+
+    def __post_init__(self):
+        guide = self.spec.guide
+        if self.task_batches is not None and self.task_batches.no_in_batch_negatives:
+            if not self.id_masking or not self.spec.num_negatives:
+                raise BadValueError(
+                    "TaskBatches.no_in_batch_negatives trains those tasks on their hard negatives alone (pairs marked "
+                    "one example by query id): it needs train.id_masking = True and train.num_negatives > 0"
+                )
+        if guide is not None and not self.id_masking:
+            raise BadValueError("train.teacher_guide masks by document ids: it needs train.id_masking = True")
+        if guide is not None and not guide.active:
+            raise BadValueError(
+                "train.teacher_guide is a FalseNegativeFilter with no cut: set FalseNegativeFilter.margin (0: scored "
+                "above the positive), FalseNegativeFilter.relative_margin or FalseNegativeFilter.max_score"
+            )
+
+    def check_mesh(self, mesh) -> None:
+        hosts = jax.process_count()
+        if self.batch_size % mesh.shape["data"] or self.batch_size % hosts:
+            raise BadValueError(
+                f"BATCH_SIZE={self.batch_size} must be divisible by the {mesh.shape['data']} data-parallel devices "
+                f"of the {hosts} host(s)"
+            )
+
+    def dataset(self):
+        """(task, split, start_batch=k[, batch_size=per host]) -> this host's tf.data batches."""
+        from samtone_jax.data import pipeline
+
+        hosts = jax.process_count()
+        return functools.partial(
+            pipeline.train_dataset,
+            spec=self.spec,
+            batch_size=self.batch_size // hosts,
+            seed=self.seed,
+            shard_index=jax.process_index(),
+            num_shards=hosts,
+            data_shards=self.data_shards,
+            shuffle_block_size=self.shuffle_block_size,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Packing:
+    """gin `train.packing_*`: each device's pairs packed into its own rows (data/packing.py), at most
+    `max_segments` texts a row, the row count rounded up to `row_bits` significant binary digits."""
+
+    max_segments: int = 8
+    row_bits: int = 3
+
+    def __post_init__(self):
+        if self.max_segments < 1 or self.row_bits < 1:
+            raise BadValueError(
+                f"train.packing_max_segments = {self.max_segments} and train.packing_row_bits = {self.row_bits} "
+                "must be ≥ 1"
+            )
+
+    def packer(self, mesh, grad_cache_chunk_size: int | None):
+        """features -> packed features (this host's devices' rows). Every host's row count must agree
+        (one global array): with several hosts the largest is taken."""
+        from samtone_jax.data.packing import pack_batch
+
+        devices = mesh.shape["data"] // jax.process_count()
+        agree = None
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            def agree(rows: tuple[int, int]) -> tuple[int, int]:
+                q, d = np.max(multihost_utils.process_allgather(np.asarray(rows, np.int32)), axis=0)
+                return int(q), int(d)
+
+        host, chunk = jax.process_index(), grad_cache_chunk_size or 1  # GradCache encodes chunks of whole rows
+        return lambda features: pack_batch(features, devices, self.max_segments, self.row_bits, chunk, agree, host)
+
+
+def batch_source(inputs: TrainInputs, mesh, packing: Packing | None, grad_cache_chunk_size: int | None):
+    """batches(start): the global batches of steps start, start + 1, ... (each a dict of global
+    arrays; a task-homogeneous batch also names its task under 'task')."""
+    dataset = inputs.dataset()
+    pack = packing.packer(mesh, grad_cache_chunk_size) if packing else (lambda features: features)
+
+    def place(batch):
+        return partitioning.host_to_global(mesh, pack(model_features(batch, inputs.id_masking)))
+
+    def batches(start: int):
+        if inputs.task_batches is None:
+            for batch in dataset(inputs.task, inputs.split, start_batch=start).as_numpy_iterator():
+                yield place(batch)
+            return
+        source = mixture_batches(
+            inputs.task,
+            inputs.split,
+            inputs.task_batches,
+            dataset,
+            inputs.batch_size,
+            inputs.seed,
+            start,
+            mesh.shape["data"],
+        )
+        for name, batch in source:
+            yield dict(place(batch), task=name)
+
+    return batches
+
+
+def eval_batches(inputs: TrainInputs, mesh, split: str, count: int):
+    """The first `count` global batches of `split` (seed-fixed, unpacked): the in-batch eval's."""
+    source = inputs.dataset()(inputs.task, split, start_batch=0).as_numpy_iterator()
+    for _, batch in zip(range(count), source, strict=False):
+        yield partitioning.host_to_global(mesh, model_features(batch, inputs.id_masking))
