@@ -9,7 +9,7 @@ xla_cpu_flags.apply()
 
 def load(path: str, **kwargs):
     """A trained dual encoder with `encode_queries(texts)` / `encode_documents(texts)` -> np.ndarray
-    (see samtone_jax.inference.load for `path` and the keyword arguments)."""
-    from samtone_jax.inference import load as _load
+    (see samtone_jax.inference.load_encoder for `path` and the keyword arguments)."""
+    from samtone_jax.inference import load_encoder
 
-    return _load(path, **kwargs)
+    return load_encoder(path, **kwargs)

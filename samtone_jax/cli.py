@@ -74,7 +74,7 @@ def _checkpoint_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _false_negative_flags(parser: argparse.ArgumentParser) -> None:
-    """The cuts of hard_negatives/guide.FalseNegativeFilter (gin FalseNegativeFilter.* in training)."""
+    """The cuts of data/false_negatives.FalseNegativeFilter (gin FalseNegativeFilter.* in training)."""
     parser.add_argument(
         "--margin", type=float, default=None, help="drop candidates scoring above the positive's score minus this"
     )

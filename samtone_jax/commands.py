@@ -111,7 +111,7 @@ def cmd_encode(args, bindings) -> int:
     split, collection = load_task(args)
     out = args.out or default_embeddings_dir(args.checkpoint, args.task, split, args.step)
     paths.check_bucket(out, "--out")
-    encoder = inference.load(
+    encoder = inference.load_encoder(
         args.checkpoint,
         step=args.step,
         vocabulary=args.vocabulary,
@@ -160,7 +160,7 @@ def cmd_analyze(args, bindings) -> int:
     split, collection = load_task(args)
     mesh = partitioning.create_mesh(devices=jax.local_devices())
     encoders = {
-        name: inference.load(
+        name: inference.load_encoder(
             path,
             vocabulary=args.vocabulary,
             query_length=args.query_length,
@@ -219,7 +219,9 @@ def cmd_mine(args, bindings) -> int:
         from samtone_jax import inference, partitioning
 
         mesh = partitioning.create_mesh(devices=jax.local_devices())
-        encoder = inference.load(args.checkpoint, step=args.step, vocabulary=args.vocabulary, mesh=mesh, task=args.task)
+        encoder = inference.load_encoder(
+            args.checkpoint, step=args.step, vocabulary=args.vocabulary, mesh=mesh, task=args.task
+        )
     summary = mine(
         collection,
         args.out,
@@ -272,7 +274,7 @@ def cmd_score(args, bindings) -> int:
         args.teacher, args.teacher_kind
     ) != "samtone":
         raise BadValueError("--step and --vocabulary choose a samtone teacher's checkpoint and vocabulary only")
-    teacher = teachers.load(
+    teacher = teachers.load_teacher(
         args.teacher,
         args.teacher_kind,
         step=args.step,

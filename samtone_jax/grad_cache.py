@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from samtone_jax.batch_embeddings import assemble, inputs
+from samtone_jax.batch_embeddings import assemble, embed, inputs
 from samtone_jax.errors import BadValueError
 
 
@@ -56,13 +56,13 @@ def loss_and_grads(
         arrays = tuple(to_chunks(a, n, num_shards) for a in x.arrays())
         chunks[x.name] = (x.side, arrays, to_chunks(jnp.arange(rows), n, num_shards))
 
-    def embed(p, side, arrays, index):
+    def embed_chunk(p, side, arrays, index):
         return embed(model, p, arrays, side, rng, index, max_segments)
 
     frozen = jax.lax.stop_gradient(params)
     outputs = {}
     for name, (side, arrays, idx) in chunks.items():  # 1. embed without activations
-        out = jax.lax.map(lambda x, side=side: embed(frozen, side, x[0], x[1]), (arrays, idx))
+        out = jax.lax.map(lambda x, side=side: embed_chunk(frozen, side, x[0], x[1]), (arrays, idx))
         outputs[name] = from_chunks(out, num_shards)
 
     # 2. loss and its gradient w.r.t. the encoder outputs (and any parameter the loss reads directly)
@@ -78,7 +78,7 @@ def loss_and_grads(
 
         def accumulate(total, x, side=side):
             arrays_c, idx_c, cot_c = x
-            _, pull = jax.vjp(lambda p: embed(p, side, arrays_c, idx_c), params)
+            _, pull = jax.vjp(lambda p: embed_chunk(p, side, arrays_c, idx_c), params)
             return jax.tree_util.tree_map(jnp.add, total, pull(cot_c)[0]), None
 
         grads, _ = jax.lax.scan(accumulate, grads, (arrays, idx, cot))

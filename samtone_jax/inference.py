@@ -10,7 +10,7 @@
 (model.gin + params/), or a folder written by `samtone export` (either format). The SentencePiece
 vocabulary comes from, in order: the `vocabulary` argument, DIR/vocab.model (train copies a local
 vocabulary there; an export has spiece.model), the run's `train.vocabulary`, T5's public vocabulary
-when the run named none. Prompts a run was trained with (gin `prompts.*`, tasks/__init__.py) are
+when the run named none. Prompts a run was trained with (gin `prompts.*`, tasks/prompts.py) are
 put before every text, as in training: the run-wide ones, or `task`'s own (`load(path, task=...)`).
 """
 
@@ -143,7 +143,7 @@ def _vocabulary_path(directory: str, explicit: str | None, settings: dict) -> st
     return named  # None: T5's public vocabulary
 
 
-def load(
+def load_encoder(
     path: str,
     *,
     step: int | None = None,
@@ -227,7 +227,7 @@ def load_export(
     task: str | None = None,
 ) -> Encoder:
     """An `Encoder` for a `samtone export` folder, complete or still being checked by the export
-    (`load` checks the commit marker first); its prompts are the export's (samtone.json)."""
+    (`load_encoder` checks the commit marker first); its prompts are the export's (samtone.json)."""
     from samtone_jax import gin_utils
     from samtone_jax.checkpoints import load_model_gin
     from samtone_jax.checkpoints.importer import import_export

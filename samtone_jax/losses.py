@@ -35,7 +35,7 @@ Ids are compared for equality only; with JAX's default 32-bit mode they are int3
 
 Teacher-guided negatives (`guide_ids` [B, G], GISTEmbed's idea from offline teacher scores): row
 i's guide ids are the documents a teacher scores too close to (or above) i's positive to be a
-negative (hard_negatives/guide.py picks them). Pairs i and j are then also the same example when
+negative (data/false_negatives.py picks them). Pairs i and j are then also the same example when
 document j is among i's guide ids or document i among j's, and a hard negative among the row's
 guide ids is removed: every term, cross- and same-tower, as for duplicate ids. Unused slots repeat
 the row's own document id (a no-op: that pair is the same example already).

@@ -61,7 +61,8 @@ def complete_steps(model_dir) -> list[int]:
     directory = checkpoints(model_dir)
     if not directory.is_dir():
         return []
-    return sorted(ocp.path.step.checkpoint_steps(directory))
+    # orbax's finalized step folders; only our own name format (<step>), not orbax's prefixed ones
+    return sorted(int(p.name) for p in ocp.path.step.checkpoint_steps_paths(directory) if p.name.isdigit())
 
 
 def is_step(path) -> bool:

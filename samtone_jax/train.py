@@ -226,7 +226,7 @@ def train(
     MODEL_DIR: one run at a time (samtone_jax/run_lock.py); a run of another model there, or one
     already past `train_steps`, is refused before anything is written. `on_corrupt_checkpoint`
     'fallback' resumes from the newest readable checkpoint when the latest is unreadable (warning,
-    the unreadable one deleted so its step can be saved again); 'fail' stops instead.
+    the unreadable one moved aside to <step>.unreadable-<time> so its step can be saved again); 'fail' stops instead.
 
     `packing` (data/packing.py): each device's pairs packed into its own rows, at most
     `packing_max_segments` texts a row, the row count rounded up to `packing_row_bits` significant
@@ -248,15 +248,15 @@ def train(
     task, drawn by the rates from (seed, step), with per-task batch sizes and in-batch negatives;
     per-task loss and accuracy are logged as task/<name>/loss, task/<name>/accuracy.
     """
-    evaluation = Evaluation(eval_every, eval_split, eval_batches, retrieval_eval_task, retrieval_eval_split)
     schedule = loop.Schedule(
         train_steps, batch_size, checkpoint_every, keep_checkpoints, log_every, eval_every, on_corrupt_checkpoint
     )
+    evaluation = Evaluation(eval_every, eval_split, eval_batches, retrieval_eval_task, retrieval_eval_split)
     spec = InputSpec(vocabulary, query_length, doc_length, num_negatives, teacher_scores, teacher_guide)
-    inputs = TrainInputs(task, split, batch_size, spec, seed, data_shards, shuffle_block_size, id_masking, task_batches)
     objective = training_loss(
         loss_fn, distill_fn, spec, contrastive_weight, distillation_weight, matryoshka_dims, matryoshka_weights
     )
+    inputs = TrainInputs(task, split, batch_size, spec, seed, data_shards, shuffle_block_size, id_masking, task_batches)
     return fit(
         model_dir,
         model,
@@ -330,7 +330,7 @@ def fit(
 ) -> dict:
     """Train `model` on `inputs` with `loss_fn` (the whole objective) on `mesh` in MODEL_DIR, as
     `schedule` says (loop.run); returns the last logged metrics."""
-    from samtone_jax.tasks import registration
+    from samtone_jax.tasks import registration  # seqio + TensorFlow: when a run starts, not for every gin parse
 
     inputs.check_mesh(mesh)
     tx, lr_schedule = optimizer.adafactor(train_steps=schedule.train_steps)

@@ -78,7 +78,7 @@ class TrainInputs:
 
     def dataset(self):
         """(task, split, start_batch=k[, batch_size=per host]) -> this host's tf.data batches."""
-        from samtone_jax.data import pipeline
+        from samtone_jax.data import pipeline  # seqio + TensorFlow: when a run starts, not for every gin parse
 
         hosts = jax.process_count()
         return functools.partial(

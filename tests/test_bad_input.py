@@ -399,3 +399,28 @@ def test_a_checkpoint_write_error_leads_with_the_os_reason_found_anywhere_in_its
         assert _first_line(e).startswith("No space left on device; Error writing x/.zarray")
     assert "the storage is full" in _first_line(ValueError("RESOURCE_EXHAUSTED: Error opening " + "s" * 400))
     assert _first_line(ValueError("plain")) == "plain"
+
+
+# Settings that cannot run are refused before MODEL_DIR is written (train()'s settings objects).
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("--gin.train.packing=True", None),  # the control: this one trains (checked below)
+        ("--gin.train.packing_max_segments=0", "train.packing_max_segments = 0"),
+        ("--gin.train.query_length=1", "train.query_length = 1"),
+        ("--gin.train.num_negatives=-1", "train.num_negatives = -1"),
+        ("--gin.train.eval_every=2", "neither train.eval_split nor train.retrieval_eval_task"),
+        ("--gin.train.matryoshka_weights=(1.0,)", "train.matryoshka_weights needs train.matryoshka_dims"),
+    ],
+)
+def test_settings_that_cannot_run_are_refused_before_model_dir_is_written(
+    wordnet_env, tmp_path, capsys, override, said
+):
+    model_dir = tmp_path / "run"
+    extra = [override] if said is None else [override, "--gin.train.packing=True"]
+    code = cli.main(tiny_train_argv(model_dir, wordnet_env[1], steps=1, extra=extra))
+    if said is None:
+        assert code == 0 and (model_dir / "checkpoints" / "1").is_dir()
+        return
+    assert code == 2 and said in capsys.readouterr().err
+    assert not model_dir.exists()

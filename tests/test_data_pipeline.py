@@ -395,3 +395,16 @@ def test_a_tfds_dataset_is_a_task_like_any_other(tfds_task):
     configurables.parse([], [f"tfds_tasks.tasks = {{'toy_tfds_bad': {bad!r}}}"])
     with pytest.raises(ValueError, match=r"has no feature 'context/text'.*fix tfds_tasks.tasks"):
         catalogue.collection("toy_tfds_bad", "train")
+
+
+def test_registering_the_same_spec_again_leaves_the_registry_as_it_is(fixture_tasks):
+    spec = InputSpec(str(fixture_tasks))
+    registration.register(spec)
+    task = seqio.get_mixture_or_task("wordnet_definitions")
+    registration.register(InputSpec(str(fixture_tasks), query_length=16))  # lengths do not change the examples
+    assert seqio.get_mixture_or_task("wordnet_definitions") is task
+    registration.register(InputSpec(str(fixture_tasks), num_negatives=2))  # other columns: registered anew
+    assert seqio.get_mixture_or_task("wordnet_definitions") is not task
+    seqio.TaskRegistry.remove("wordnet_definitions")  # the registry changed behind register's back
+    registration.register(InputSpec(str(fixture_tasks), num_negatives=2))
+    assert "wordnet_definitions" in seqio.TaskRegistry.names()

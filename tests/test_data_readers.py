@@ -169,3 +169,13 @@ def test_real_wordnet_matches_the_shared_copy():
             s["definition"]
         ), s
         assert s["examples"] == [e.strip() for e in theirs["examples"]], s
+
+
+def test_relevant_indices_are_positions_in_the_sorted_corpus_for_judged_queries_only():
+    from samtone_jax.data.collection import RetrievalCollection
+
+    corpus = {"d3": "c", "d1": "a", "d2": "b"}
+    qrels = {"q2": {"d3": 1, "d1": 2, "gone": 1}, "q1": {"d2": 0}, "q3": {"d2": 1}}
+    collection = RetrievalCollection("t", {"q1": "x", "q2": "y", "q3": "z"}, corpus, qrels)
+    # q1's only judgement is not relevant and "gone" is not in the corpus: by hand, d1 d2 d3 -> 0 1 2.
+    assert collection.relevant_indices() == (["d1", "d2", "d3"], [("q2", [0, 2]), ("q3", [1])])

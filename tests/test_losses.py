@@ -17,7 +17,7 @@ TAU = 0.05
 
 
 # ----------------------------------------------------------------------------------------------
-# The reference: one row at a time, float64, straight from the formulas in DESIGN.md.
+# The reference: one row at a time, float64, straight from the formulas in docs/DESIGN.md.
 # ----------------------------------------------------------------------------------------------
 def reference_loss(q, d, n, qid, did, nid, *, tau, mode, same_tower, bidirectional, w=1.0, alpha=0.1, guide=None):
     """guide: per row, the document ids a teacher flags as its false negatives (or None)."""

@@ -116,7 +116,7 @@ def test_cross_encoder_teacher_scores_the_given_candidates_by_its_logit(bert_fol
     from transformers import BertForSequenceClassification, BertTokenizer
 
     cross, _ = bert_folders
-    teacher = teachers.load(str(cross))
+    teacher = teachers.load_teacher(str(cross))
     assert teacher.kind == "cross-encoder"
     collection = _collection()
     with pytest.raises(BadValueError, match="cannot retrieve from the corpus; pass --candidates=FILE"):
@@ -139,7 +139,7 @@ def test_sentence_transformers_teacher_ranks_by_cosine(bert_folders, tmp_path):
     from sentence_transformers import SentenceTransformer
 
     _, bi = bert_folders
-    teacher = teachers.load(str(bi), "sentence-transformers")
+    teacher = teachers.load_teacher(str(bi), "sentence-transformers")
     collection = _collection()
     scoring.score(collection, str(tmp_path / "st.jsonl"), teacher, depth=2)
     model = SentenceTransformer(str(bi), device="cpu", local_files_only=True)
@@ -161,24 +161,24 @@ def test_a_teacher_folder_that_is_missing_or_of_the_wrong_kind_is_refused(tmp_pa
     (cross / "config.json").write_text(json.dumps({"architectures": ["BertForSequenceClassification"]}))
     (bi / "modules.json").write_text("[]")
     with pytest.raises(MissingFileError, match="no such folder"):
-        teachers.load(str(tmp_path / "absent"))
+        teachers.load_teacher(str(tmp_path / "absent"))
     with pytest.raises(BadValueError, match="is not a teacher folder"):
-        teachers.load(str(empty))
+        teachers.load_teacher(str(empty))
     with pytest.raises(BadValueError, match="is a cross-encoder folder, not a sentence-transformers one"):
-        teachers.load(str(cross), "sentence-transformers")
+        teachers.load_teacher(str(cross), "sentence-transformers")
     with pytest.raises(BadValueError, match="is a sentence-transformers folder, not a samtone one"):
-        teachers.load(str(bi), "samtone")
+        teachers.load_teacher(str(bi), "samtone")
     with pytest.raises(BadValueError, match="--teacher_kind=bm25 takes --teacher=bm25"):
-        teachers.load(str(bi), "bm25")
+        teachers.load_teacher(str(bi), "bm25")
     with pytest.raises(BadValueError, match="--teacher_kind='bert' must be one of"):
-        teachers.load("bm25", "bert")
+        teachers.load_teacher("bm25", "bert")
 
 
 @pytest.mark.slow
 def test_samtone_teacher_ranks_by_the_models_cosine(trained_run, tmp_path):
     import samtone_jax
 
-    teacher = teachers.load(str(trained_run))
+    teacher = teachers.load_teacher(str(trained_run))
     assert teacher.kind == "samtone"
     collection = _collection()
     scoring.score(collection, str(tmp_path / "dense.jsonl"), teacher, depth=4)

@@ -69,6 +69,18 @@ class RetrievalCollection:
                 f"{self.stats['qrels_with_missing_document']} point at unknown documents)"
             )
 
+    def relevant_indices(self) -> tuple[list[str], list[tuple[str, list[int]]]]:
+        """(the corpus's document ids, sorted; (query id, the sorted indices of its relevant
+        documents in that list) for every query, by id, with a relevant document in the corpus)."""
+        doc_ids = sorted(self.corpus)
+        index = {d: i for i, d in enumerate(doc_ids)}
+        out = []
+        for q in sorted(self.queries):
+            relevant = sorted(index[d] for d, r in self.qrels.get(q, {}).items() if r > 0 and d in index)
+            if relevant:
+                out.append((q, relevant))
+        return doc_ids, out
+
     def texts(self) -> list[str]:
         """Every query then every document text, in id order: a stable input for a vocabulary."""
         return [self.queries[k] for k in sorted(self.queries)] + [self.corpus[k] for k in sorted(self.corpus)]

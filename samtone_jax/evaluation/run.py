@@ -177,7 +177,7 @@ def evaluate(
 
     collection = catalogue.collection(task, split)  # bad data fails here, before the model is loaded
     mesh = partitioning.create_mesh(devices=jax.local_devices())
-    encoder = inference.load(
+    encoder = inference.load_encoder(
         model_dir,
         step=step,
         vocabulary=vocabulary,

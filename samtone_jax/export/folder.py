@@ -145,7 +145,7 @@ def export(
     if dst.exists() and not overwrite:  # before the slow part
         raise ExistingFileError(f"{dst} already exists; choose another --dst or pass --overwrite")
     hf_logging.disable_progress_bar()
-    encoder = inference.load(checkpoint, step=step, vocabulary=vocabulary)
+    encoder = inference.load_encoder(checkpoint, step=step, vocabulary=vocabulary)
     if encoder.vocabulary.sp_model is None:  # seqio loads lazily: fail here, naming the file
         raise MissingFileError(f"the vocabulary of {checkpoint} could not be read")
     probes = tokenizer_lib.probe_texts()

@@ -95,15 +95,11 @@ def _training_queries(collection, vocabulary, length, max_positives):
     """(query tokens [Q, L], positives [Q, G] corpus indices, -1 padded, doc ids) for queries with a gold."""
     from samtone_jax.data.sentencepiece_tokens import tokenize_texts
 
-    doc_ids = sorted(collection.corpus)
-    index = {d: i for i, d in enumerate(doc_ids)}
-    rows = []
-    for qid in sorted(collection.queries):
-        gold = sorted(index[d] for d, r in collection.qrels.get(qid, {}).items() if r > 0 and d in index)
-        if gold:
-            rows.append(
-                (collection.queries[qid], gold[:max_positives] + [-1] * (max_positives - len(gold[:max_positives])))
-            )
+    doc_ids, relevant = collection.relevant_indices()
+    rows = [
+        (collection.queries[qid], gold[:max_positives] + [-1] * (max_positives - len(gold[:max_positives])))
+        for qid, gold in relevant
+    ]
     tokens, _ = tokenize_texts(vocabulary, [t for t, _ in rows], length)
     return tokens, np.array([g for _, g in rows], np.int32), doc_ids
 
@@ -221,7 +217,8 @@ def train_adore(
         )
     if eval_every and not retrieval_eval_task:
         raise BadValueError("train_adore.eval_every is set but train_adore.retrieval_eval_task is not: name a task")
-    source = inference.load(init_checkpoint, mesh=partitioning.create_mesh(devices=jax.local_devices()), task=task)
+    local_mesh = partitioning.create_mesh(devices=jax.local_devices())  # the index is encoded on this host's devices
+    source = inference.load_encoder(init_checkpoint, mesh=local_mesh, task=task)
     if source.query_prompt or source.document_prompt:
         raise BadValueError(
             f"train_adore.init_checkpoint={init_checkpoint!r} was trained with prompts "

@@ -2,7 +2,7 @@
 
 For every query: retrieve the top `range_max` documents, keep ranks [range_min, range_max)
 (0-based, counted in the retrieved list), drop the query's known positives, drop the candidates
-the false-negative filter flags (hard_negatives/guide.py: scored above the positive's score less a
+the false-negative filter flags (data/false_negatives.py: scored above the positive's score less a
 margin, above (1 − relative_margin) × it, or above a max score: unlabelled relevant documents
 score like the positive; counted as `dropped_as_false_negatives`), and keep `num_negatives` of the
 rest: the best-ranked ('top') or a seeded random sample ('sample'). Written as the TSV the tasks

@@ -31,13 +31,8 @@ log = logging.getLogger(__name__)
 
 def _queries(collection):
     """(query ids, their relevant corpus indices) of every query with a relevant document, by id."""
-    doc_ids = sorted(collection.corpus)
+    doc_ids, out = collection.relevant_indices()
     index = {d: i for i, d in enumerate(doc_ids)}
-    out = []
-    for q in sorted(collection.queries):
-        relevant = sorted(index[d] for d, r in collection.qrels.get(q, {}).items() if r > 0 and d in index)
-        if relevant:
-            out.append((q, relevant))
     if not out:
         raise BadValueError(f"{collection.name}: no query has a relevant document in the corpus; nothing to score")
     return doc_ids, index, out

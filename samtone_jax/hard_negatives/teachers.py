@@ -7,7 +7,7 @@ stopwords, as `samtone mine --bm25`), the cosine of L2-normalised embeddings (a 
 export; a sentence-transformers folder, with its query / document prompts), a cross-encoder's raw
 logit (no sigmoid: margins stay linear). Ties rank by corpus position, so a run is deterministic.
 
-`load(spec, kind)`: spec 'bm25' or a folder (local or gs://); kind 'auto' tells a samtone
+`load_teacher(spec, kind)`: spec 'bm25' or a folder (local or gs://); kind 'auto' tells a samtone
 MODEL_DIR / checkpoint / export, a sentence-transformers folder (modules.json) and a CrossEncoder
 folder (a *ForSequenceClassification config.json) apart, and an explicit kind that does not
 match the folder is an error naming both.
@@ -172,7 +172,7 @@ def detect_kind(spec: str, kind: str = "auto") -> str:
     return found
 
 
-def load(spec: str, kind: str = "auto", *, step=None, vocabulary=None, batch_size: int = 64, mesh=None):
+def load_teacher(spec: str, kind: str = "auto", *, step=None, vocabulary=None, batch_size: int = 64, mesh=None):
     """The teacher `spec` names ('bm25' or a folder) of `kind` (KINDS); batch_size: texts a batch
     of a model teacher."""
     found = detect_kind(spec, kind)
@@ -181,7 +181,7 @@ def load(spec: str, kind: str = "auto", *, step=None, vocabulary=None, batch_siz
     if found == "samtone":
         from samtone_jax import inference
 
-        encoder = inference.load(spec, step=step, vocabulary=vocabulary, batch_size=batch_size, mesh=mesh)
+        encoder = inference.load_encoder(spec, step=step, vocabulary=vocabulary, batch_size=batch_size, mesh=mesh)
         name = f"samtone:{paths.as_str(spec)}@{encoder.step}"
         return DenseTeacher(name, found, encoder.encode_queries, encoder.encode_documents)
     if found == "sentence-transformers":

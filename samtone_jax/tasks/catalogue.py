@@ -16,7 +16,7 @@ Each task yields, per relevant (query, document) pair: `query`, `document` (toke
 `NUM_NEGATIVES > 0` on a task that has hard negatives, `negatives` / `negative_ids`.
 
 Data root: gin `data_dir.path` (macro DATA_DIR in runs), else $SAMTONE_DATA_DIR. The vocabulary
-is `register(vocabulary_path)`'s argument (gin VOCABULARY), the public T5 one by default.
+is the InputSpec's given to tasks/registration.register (gin VOCABULARY), the public T5 one by default.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Register every collection in samtone_jax.tasks as a seqio Task (and a few mixtures).
+"""Register every task of tasks/catalogue.py as a seqio Task (and its mixtures).
 
 `register(spec)` (re)registers all tasks with an InputSpec (data/input_spec.py: the vocabulary and
 the example columns); it runs with the defaults (T5's public vocabulary) on import of
