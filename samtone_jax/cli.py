@@ -101,9 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbosity", default="INFO", help="logging level (DEBUG, INFO, WARNING)")
     sub = parser.add_subparsers(dest="mode", required=True, metavar="mode")
 
-    p = sub.add_parser("import-checkpoint", help="convert a HF / T5X / Mesh-TF T5 checkpoint to ours")
+    p = sub.add_parser(
+        "import-checkpoint",
+        help="convert a T5 (HF / T5X / Mesh-TF) or BERT-family (HF / sentence-transformers) checkpoint to ours",
+    )
     _add_gin_flags(p)
-    p.add_argument("--format", required=True, choices=["hf", "t5x", "mtf"])
+    p.add_argument("--format", required=True, choices=["hf", "t5x", "mtf", "sentence-transformers"])
     p.add_argument("--src", required=True, help="source checkpoint (folder, file or TF prefix)")
     p.add_argument("--dst", required=True, help="output parameter checkpoint directory")
     p.add_argument("--seed", type=int, default=0, help="seed for a projection the source lacks")

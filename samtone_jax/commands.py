@@ -19,8 +19,15 @@ def cmd_import_checkpoint(args, bindings) -> int:
     paths.check_bucket(args.dst, "--dst")
     src = paths.as_path(args.src)
     gin_files, gin_text = args.gin_file, None
-    extra_bindings = []
-    if not gin_files and (src / run_folders.MODEL_GIN).exists():  # a `samtone export` folder describes its model
+    extra_bindings, extra = [], {}
+    bert = _bert_folder(args.format, str(src))
+    if bert is not None:  # the tower's shape from its config.json: no models/*.gin
+        from samtone_jax.checkpoints import hf_bert
+
+        folder, max_seq_length = bert
+        extra_bindings = hf_bert.model_bindings(folder, max_seq_length)
+        extra = {hf_bert.TOKENIZER: (paths.as_path(folder) / hf_bert.TOKENIZER).read_bytes()}
+    elif not gin_files and (src / run_folders.MODEL_GIN).exists():  # a `samtone export` folder describes its model
         import json
 
         gin_text = (src / run_folders.MODEL_GIN).read_text()
@@ -36,7 +43,8 @@ def cmd_import_checkpoint(args, bindings) -> int:
     model = gin_utils.model()
     params, info = import_params(args.format, str(src), model, seed=args.seed)
     vocabulary = src / run_folders.EXPORT_VOCABULARY
-    extra = {run_folders.VOCABULARY: vocabulary.read_bytes()} if vocabulary.exists() else {}
+    if vocabulary.exists():
+        extra[run_folders.VOCABULARY] = vocabulary.read_bytes()
     out = save_params(args.dst, params, gin.config_str(), info, overwrite=args.overwrite, extra_files=extra)
     n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     print(
@@ -45,6 +53,23 @@ def cmd_import_checkpoint(args, bindings) -> int:
         f"{len(info['unused_variables'])} source variables unused (listed in {out}/info.json)"
     )
     return 0
+
+
+def _bert_folder(fmt: str, src: str) -> tuple[str, int | None] | None:
+    """(the Hugging Face BERT folder, sentence-transformers' max_seq_length) of an import from a
+    sentence-transformers folder or a Hugging Face BERT folder; None for a T5 import."""
+    from samtone_jax import paths
+    from samtone_jax.checkpoints import hf_bert
+
+    if fmt == "sentence-transformers":
+        folder, max_seq_length = hf_bert.transformer_folder(src)
+    elif fmt == "hf" and hf_bert.is_bert_folder(src):
+        folder, max_seq_length = src, None
+    else:
+        return None
+    if not (paths.as_path(folder) / hf_bert.TOKENIZER).exists():
+        raise MissingFileError(f"{folder}/{hf_bert.TOKENIZER} is missing: a BERT-family import needs its tokenizer")
+    return folder, max_seq_length
 
 
 def _init_distributed(args) -> None:

@@ -18,6 +18,7 @@ import gin
 from samtone_jax import distillation as _distillation
 from samtone_jax import losses as _losses
 from samtone_jax.errors import BadValueError
+from samtone_jax.models import BertConfig as _BertConfig
 from samtone_jax.models import DualEncoder as _DualEncoder
 from samtone_jax.models import T5Config as _T5Config
 
@@ -25,6 +26,10 @@ GIN_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "gin_configs"
 
 # The gin-wrapped classes: calling them picks up the bound parameters.
 T5Config = gin.external_configurable(_T5Config, "T5Config")
+BertConfig = gin.external_configurable(_BertConfig, "BertConfig")
+# The tower configs a gin file may bind (one of them): name -> (its class, its gin-wrapped class).
+TOWER_CONFIGS = {"T5Config": (_T5Config, T5Config), "BertConfig": (_BertConfig, BertConfig)}
+MODEL_FIELDS = ("architecture", "projection_dim", "learnable_temperature", "projection_init")
 DualEncoder = gin.external_configurable(_DualEncoder, "DualEncoder")
 # Bound by gin_configs/losses/*.gin; call it with (q, d, ...) and the bound settings apply.
 contrastive_loss = gin.external_configurable(_losses.contrastive_loss, "contrastive_loss")
@@ -155,14 +160,20 @@ def _type_name(hint) -> str:
 
 
 def model() -> _DualEncoder:
-    """The DualEncoder the parsed gin config describes (`DualEncoder.*`, `T5Config.*`)."""
-    if not any(selector.endswith("T5Config") for _, selector in gin.config._CONFIG):
+    """The DualEncoder the parsed gin config describes (`DualEncoder.*` and `T5Config.*` or
+    `BertConfig.*`)."""
+    bound = sorted({name for name in TOWER_CONFIGS for _, selector in gin.config._CONFIG if selector.endswith(name)})
+    if not bound:
         raise BadValueError(
             "no T5Config.* binding: the gin config names no model size; include one of gin_configs/models/*.gin "
             "(e.g. --gin_file=models/t5_1_1_base.gin) before the run's gin file"
         )
+    if len(bound) > 1:
+        raise BadValueError(
+            f"the gin config binds both {' and '.join(f'{n}.*' for n in bound)}: include one models/*.gin (one tower)"
+        )
     try:
-        return DualEncoder(config=T5Config())
+        return DualEncoder(config=TOWER_CONFIGS[bound[0]][1]())
     except TypeError as e:
         raise BadValueError(
             f"gin config does not describe a DualEncoder: {e} (include a gin_configs/models/*.gin)"
@@ -211,33 +222,32 @@ def read_bindings(text: str) -> dict[str, object]:
 
 def model_from_gin_text(text: str) -> _DualEncoder:
     """The DualEncoder described by a saved gin config (a checkpoint's model.gin, a run's config.gin),
-    built from its T5Config.* / DualEncoder.* bindings without touching gin's global configuration."""
+    built from its T5Config.* or BertConfig.* and DualEncoder.* bindings without touching gin's
+    global configuration."""
     import dataclasses
 
     bindings = read_bindings(text)
-    fields = {f.name for f in dataclasses.fields(_T5Config)}
-    config_kwargs = {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith("T5Config.")}
+    name = "BertConfig" if any(k.startswith("BertConfig.") for k in bindings) else "T5Config"
+    config_class = TOWER_CONFIGS[name][0]
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    config_kwargs = {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith(f"{name}.")}
     model_kwargs = {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith("DualEncoder.")}
-    unknown = sorted(set(config_kwargs) - fields) + sorted(
-        set(model_kwargs) - {"architecture", "projection_dim", "learnable_temperature"}
-    )
+    unknown = sorted(set(config_kwargs) - fields) + sorted(set(model_kwargs) - set(MODEL_FIELDS))
     if unknown:
         raise BadValueError(f"saved gin config binds unknown model parameters {unknown}")
     if isinstance(config_kwargs.get("mlp_activations"), list):
         config_kwargs["mlp_activations"] = tuple(config_kwargs["mlp_activations"])
     try:
-        return _DualEncoder(config=_T5Config(**config_kwargs), **model_kwargs)
+        return _DualEncoder(config=config_class(**config_kwargs), **model_kwargs)
     except TypeError as e:
         raise BadValueError(f"saved gin config does not describe a DualEncoder: {e}") from e
 
 
 def model_gin(model: _DualEncoder) -> str:
-    """Gin bindings that rebuild exactly `model` (T5Config.* and DualEncoder.*), nothing else."""
+    """Gin bindings that rebuild exactly `model` (its tower config's and DualEncoder.*), nothing else."""
     import dataclasses
 
-    lines = [f"T5Config.{f.name} = {getattr(model.config, f.name)!r}" for f in dataclasses.fields(model.config)]
-    lines += [
-        f"DualEncoder.{name} = {getattr(model, name)!r}"
-        for name in ("architecture", "projection_dim", "learnable_temperature")
-    ]
+    name = type(model.config).__name__
+    lines = [f"{name}.{f.name} = {getattr(model.config, f.name)!r}" for f in dataclasses.fields(model.config)]
+    lines += [f"DualEncoder.{field} = {getattr(model, field)!r}" for field in MODEL_FIELDS]
     return "\n".join(lines) + "\n"

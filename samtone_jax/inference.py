@@ -131,9 +131,11 @@ def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
 def _vocabulary_path(directory: str, explicit: str | None, settings: dict) -> str | None:
     if explicit:
         return explicit
+    for name in (run_folders.VOCABULARY, run_folders.TOKENIZER):  # SentencePiece, or a BERT tower's tokenizer
+        local = paths.as_path(directory) / name
+        if local.exists():
+            return str(local)
     local = paths.as_path(directory) / run_folders.VOCABULARY
-    if local.exists():
-        return str(local)
     named = settings.get("train.vocabulary")
     if named and not paths.as_path(named).exists():
         raise MissingFileError(

@@ -29,6 +29,8 @@ DEFAULT_RULES: tuple[tuple[str, str | None], ...] = (
     ("activation_embed", None),
     ("length", None),
     ("relpos_buckets", None),
+    ("positions", None),
+    ("token_types", None),
     ("projection", None),
 )
 

@@ -3,13 +3,14 @@
   MODEL_DIR (`samtone train`, `samtone train-adore`)
     config.gin              the run's gin config (written at start; a resume checks its model)
     operative_config.gin    what the run used (written at the end, as T5X does)
-    vocab.model             the SentencePiece model the run trained with (a copy)
+    vocab.model             the SentencePiece model the run trained with (a copy), or
+    tokenizer.json          a BERT-family tower's Hugging Face tokenizer (a copy)
     lock.json               the lease of the run that holds MODEL_DIR (run_lock.py)
     checkpoints/<step>/     orbax: state/ {step, params, opt_state, rng} and meta/ {data position}
     train/, eval/           TensorBoard events; eval/ also `samtone eval`'s <task>_<split>_step<N>.json
     eval.json               the demo's table
   a parameter checkpoint (`samtone import-checkpoint`; INIT_CHECKPOINT)
-    params/, model.gin, info.json (+ vocab.model), commit_success.txt
+    params/, model.gin, info.json (+ vocab.model or tokenizer.json), commit_success.txt
   an export (`samtone export`)
     samtone.json, model.gin, spiece.model, README.md, the model's files, commit_success.txt
 
@@ -26,6 +27,7 @@ from samtone_jax import paths
 CONFIG_GIN = "config.gin"
 OPERATIVE_CONFIG_GIN = "operative_config.gin"
 VOCABULARY = "vocab.model"
+TOKENIZER = "tokenizer.json"
 LOCK = "lock.json"
 CHECKPOINTS = "checkpoints"
 STATE, META = "state", "meta"  # the items of one checkpoint step

@@ -1,4 +1,5 @@
-"""Import a public T5 encoder (Hugging Face, T5X, Mesh-TF) into our DualEncoder parameter tree.
+"""Import a public encoder (T5: Hugging Face, T5X, Mesh-TF; BERT-family: Hugging Face or
+sentence-transformers, checkpoints/hf_bert.py) into our DualEncoder parameter tree.
 
 SDE: the encoder is the source encoder. ADE / ADE-SPL: both towers start as copies of it. The
 projection comes from the source when it has one (t5x_retrieval's `projection_layer/kernel`),
@@ -14,14 +15,19 @@ from flax import linen as nn
 
 from samtone_jax import paths, run_folders
 from samtone_jax.atomic_file import require_complete
-from samtone_jax.checkpoints import hf, mtf, t5x
+from samtone_jax.checkpoints import hf, hf_bert, mtf, t5x
 from samtone_jax.checkpoints.source import CheckpointMismatchError, report_unused, tower_from_source
 from samtone_jax.errors import BadValueError
-from samtone_jax.models import DualEncoder, init_params
+from samtone_jax.models import BertConfig, DualEncoder, init_params
 from samtone_jax.models.dual_encoder import Projection
 from samtone_jax.models.layout import SIDES, layout
 
-FORMATS = {"hf": hf.open_source, "t5x": t5x.open_source, "mtf": mtf.open_source}
+FORMATS = {
+    "hf": hf.open_source,
+    "t5x": t5x.open_source,
+    "mtf": mtf.open_source,
+    "sentence-transformers": lambda src, config: hf_bert.open_source(hf_bert.transformer_folder(src)[0], config),
+}
 
 
 def abstract_params(model: DualEncoder):
@@ -38,7 +44,7 @@ def _projection(source, model: DualEncoder, expected, seed: int) -> np.ndarray:
                 f"projection is {tuple(expected.shape)}; set DualEncoder.projection_dim = {got[-1]}"
             )
         return np.asarray(source.read(source.projection_name), expected.dtype)
-    layer = Projection(expected.shape[-1], model.config.param_dtype)
+    layer = Projection(expected.shape[-1], model.config.param_dtype, model.projection_init)
     init = layer.init(jax.random.PRNGKey(seed), jnp.zeros((1, expected.shape[0]), jnp.float32))
     return np.asarray(nn.unbox(init)["params"]["kernel"])
 
@@ -94,7 +100,12 @@ def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tupl
     if fmt == "hf" and (paths.as_path(src) / run_folders.EXPORT_JSON).exists():
         require_complete(src, "export")
         return import_export(src, model)
-    source = FORMATS[fmt](src, model.config)
+    if fmt == "hf" and isinstance(model.config, BertConfig):
+        source = hf_bert.open_source(src, model.config)
+    elif fmt == "sentence-transformers" and not isinstance(model.config, BertConfig):
+        raise BadValueError("--format=sentence-transformers imports BERT-family towers; the gin config builds T5")
+    else:
+        source = FORMATS[fmt](src, model.config)
     abstract = abstract_params(model)
     tree = layout(model.architecture)
     tower, used = tower_from_source(source, abstract[tree.towers["query"]])

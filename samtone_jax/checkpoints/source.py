@@ -1,4 +1,5 @@
-"""Mapping a T5 encoder from a foreign checkpoint's variable names onto our parameter tree.
+"""Mapping an encoder (T5, or BERT: checkpoints/hf_bert.py) from a foreign checkpoint's variable
+names onto our parameter tree.
 
 Each format (Hugging Face, T5X, Mesh-TF) is a `Source`: the names it holds, a lazy reader, and
 `locate(path)`, which gives the candidate source names for one of our tower parameters and
@@ -45,6 +46,7 @@ class Source:
     # Source names that belong to the encoder (an unused one of these means a config mismatch).
     is_encoder_variable: Callable[[str], bool]
     projection_name: str | None = None
+    config_name: str = "T5Config"  # the gin configurable of the tower's shape (named in errors)
 
     def __post_init__(self):
         self.name_set = frozenset(self.names)
@@ -66,9 +68,12 @@ _GIN_HINT = {
 
 
 def _stored_shape(path: Path, shape: tuple[int, ...], transposed: bool) -> tuple[int, ...]:
-    """The 2-D shape a checkpoint stores for our parameter (attention heads flattened)."""
-    if len(shape) == 3:  # [D, H, K] or, for `out`, [H, K, D]
-        shape = (shape[0] * shape[1], shape[2]) if path[-1] == "out" else (shape[0], shape[1] * shape[2])
+    """The shape a checkpoint stores for our parameter (attention heads flattened)."""
+    if len(shape) == 2 and path[-1].endswith("_bias"):  # a per-head bias [H, K] (BERT)
+        return (shape[0] * shape[1],)
+    if len(shape) == 3:  # [D, H, K] or, for the output projection, [H, K, D]
+        out = path[-1] in ("out", "out_kernel")
+        shape = (shape[0] * shape[1], shape[2]) if out else (shape[0], shape[1] * shape[2])
     return tuple(reversed(shape)) if transposed else tuple(shape)
 
 
@@ -96,10 +101,11 @@ def _fetch(source: Source, path: Path, target_shape: tuple[int, ...], dtype) -> 
     expected = _stored_shape(path, target_shape, transposed)
     got = tuple(source.shape(name))
     if got != expected:
+        hint = _GIN_HINT.get(path[-1], "T5Config") if source.config_name == "T5Config" else source.config_name
         raise CheckpointMismatchError(
             f"{source.description}: variable {name!r} has shape {got}, but the model's "
             f"{'/'.join(path)} {tuple(target_shape)} needs {expected} as stored there; "
-            f"set {_GIN_HINT.get(path[-1], 'T5Config')} in the gin file to match the checkpoint"
+            f"set {hint} in the gin file to match the checkpoint"
         )
     value = np.asarray(source.read(name))
     if transposed:
@@ -146,8 +152,9 @@ def report_unused(source: Source, used: set[str]) -> None:
     if encoder_unused:
         raise CheckpointMismatchError(
             f"{source.description}: {len(encoder_unused)} encoder variable(s) would be dropped, e.g. "
-            f"{encoder_unused[:5]}; the checkpoint has more encoder layers than T5Config.num_layers "
-            "(or a different MLP: check T5Config.num_layers and T5Config.mlp_activations)"
+            f"{encoder_unused[:5]}; the checkpoint has more encoder layers than {source.config_name}.num_layers "
+            f"(or a different MLP: check {source.config_name}.num_layers"
+            f"{' and T5Config.mlp_activations' if source.config_name == 'T5Config' else ''})"
         )
     if unused:
         log.info("%s: %d variables not used by the encoder: %s", source.description, len(unused), unused)

@@ -75,10 +75,11 @@ class SentencePieceTokens:
         return tokens, truncated
 
 
-def tokens_of(vocabulary) -> SentencePieceTokens:
-    """`vocabulary` (a SentencePieceTokens, or a seqio SentencePieceVocabulary from a task) as the
+def tokens_of(vocabulary):
+    """`vocabulary` (a SentencePieceTokens or WordPieceTokens, or a seqio SentencePieceVocabulary
+    from a task) as the tokeniser that encodes text outside tf.data: itself, or the
     SentencePieceTokens of the same model file and extra ids."""
-    if isinstance(vocabulary, SentencePieceTokens):
+    if hasattr(vocabulary, "tokenize_batch"):
         return vocabulary
     return _shared(vocabulary.sentencepiece_model_file, vocabulary.extra_ids)
 

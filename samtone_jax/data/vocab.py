@@ -35,9 +35,14 @@ def vocabulary(path: str | None = None, extra_ids: int | None = None):
 
 def tokens(path: str | None = None, extra_ids: int | None = None):
     """The same model as `vocabulary(path, extra_ids)` for encoding text outside tf.data, without
-    TensorFlow or seqio (data/sentencepiece_tokens.py)."""
+    TensorFlow or seqio (data/sentencepiece_tokens.py); a Hugging Face `tokenizer.json` (a BERT-family
+    model's WordPiece) gives data/wordpiece_tokens.py's tokeniser."""
     from samtone_jax.data.sentencepiece_tokens import SentencePieceTokens
 
+    if path is not None and str(path).endswith(".json"):
+        from samtone_jax.data.wordpiece_tokens import WordPieceTokens
+
+        return WordPieceTokens(path)
     return SentencePieceTokens(*_model_and_extra_ids(path, extra_ids))
 
 

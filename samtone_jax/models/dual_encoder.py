@@ -1,12 +1,16 @@
-"""Dual encoders over T5 towers: SDE, ADE and ADE-SPL (Dong et al. 2022; SamToNe, Moiseev et al. 2023).
+"""Dual encoders over T5 or BERT towers: SDE, ADE and ADE-SPL (Dong et al. 2022; SamToNe, Moiseev et al. 2023).
 
   sde      one tower and one projection for queries and documents (every parameter shared);
   ade      a query tower and a document tower, each with its own projection;
   ade_spl  two towers, one shared projection ("ADE with shared projection layer").
 
 Embedding of a text: tower hidden states -> mean over non-padding tokens -> projection
-without bias -> L2 normalisation. Where each tower and projection lives in the parameter tree
-is models/layout.py's to say (one entry per architecture).
+without bias -> L2 normalisation. The tower is the config's: T5Config -> T5Encoder (models/t5.py),
+BertConfig -> BertEncoder (models/bert.py). A pretrained mean-pooling sentence encoder has no
+projection: `projection_init='identity'` starts the projection as the identity (projection_dim =
+emb_dim), so the model embeds exactly as the imported one did before training. Where each tower
+and projection lives in the parameter tree is models/layout.py's to say (one entry per
+architecture).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from samtone_jax.errors import BadValueError
+from samtone_jax.models.bert import BertConfig, BertEncoder
 from samtone_jax.models.layout import ARCHITECTURES, layout
 from samtone_jax.models.t5 import PAD_ID, T5Config, T5Encoder, _fan_in_init, _param
 
@@ -59,18 +64,27 @@ def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
     return x / jnp.sqrt(jnp.maximum(jnp.sum(jnp.square(x), axis=-1, keepdims=True), eps * eps))
 
 
+PROJECTION_INITS = ("fan_in", "identity")
+
+
+def _identity(key, shape, dtype=jnp.float32):
+    return jnp.eye(*shape, dtype=dtype)
+
+
 class Projection(nn.Module):
-    """Bias-free dense map emb_dim -> projection_dim."""
+    """Bias-free dense map emb_dim -> projection_dim; `kernel_init` 'fan_in' (T5X's variance scaling)
+    or 'identity' (square: the pooled embedding passes unchanged until training moves it)."""
 
     features: int
     param_dtype: str = "float32"
+    kernel_init: str = "fan_in"
 
     @nn.compact
     def __call__(self, x):
         kernel = _param(
             self,
             "kernel",
-            _fan_in_init(),
+            _identity if self.kernel_init == "identity" else _fan_in_init(),
             (x.shape[-1], self.features),
             ("embed", "projection"),
             jnp.dtype(self.param_dtype),
@@ -88,7 +102,7 @@ class DualEncoder(nn.Module):
           -> (q [B, P], d [B, P], n [B, K, P] | None)
     """
 
-    config: T5Config
+    config: T5Config | BertConfig
     architecture: str = "sde"
     projection_dim: int | None = None  # None: emb_dim
     # None: the loss's temperature is a constant (gin TEMPERATURE). A float τ0: the model owns a
@@ -97,9 +111,18 @@ class DualEncoder(nn.Module):
     # Two-tower models (ade, ade_spl) start with the document tower equal to the query tower, as
     # when both load one pre-trained checkpoint (the paper's setting); False: independent draws.
     identical_tower_init: bool = True
+    # 'fan_in' or 'identity' (needs projection_dim None or emb_dim): see the module docstring.
+    projection_init: str = "fan_in"
 
     def setup(self):
         tree = layout(self.architecture)
+        if self.projection_init not in PROJECTION_INITS:
+            raise BadValueError(f"DualEncoder.projection_init={self.projection_init!r}: use one of {PROJECTION_INITS}")
+        if self.projection_init == "identity" and self.projection_dim not in (None, self.config.emb_dim):
+            raise BadValueError(
+                f"DualEncoder.projection_init='identity' needs projection_dim = emb_dim ({self.config.emb_dim}) or "
+                f"None; got {self.projection_dim}"
+            )
         if self.learnable_temperature is not None:
             if not self.learnable_temperature > 0:
                 raise BadValueError(f"DualEncoder.learnable_temperature must be > 0, got {self.learnable_temperature}")
@@ -111,8 +134,10 @@ class DualEncoder(nn.Module):
             )
         features = self.projection_dim or self.config.emb_dim
         # Submodules named by the layout's keys (Flax names a module set in setup by its attribute).
-        self._parts = {key: T5Encoder(self.config, name=key) for key in tree.tower_keys()} | {
-            key: Projection(features, self.config.param_dtype, name=key) for key in tree.projection_keys()
+        tower = BertEncoder if isinstance(self.config, BertConfig) else T5Encoder
+        self._parts = {key: tower(self.config, name=key) for key in tree.tower_keys()} | {
+            key: Projection(features, self.config.param_dtype, self.projection_init, name=key)
+            for key in tree.projection_keys()
         }
 
     def _towers(self, side: str):

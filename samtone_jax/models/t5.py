@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from samtone_jax.errors import BadValueError
+from samtone_jax.models.layer_stack import apply_layers
 
 Dtype = Any
 
@@ -178,6 +179,16 @@ class RelativePositionBias(nn.Module):
         return bias[None]
 
 
+def attend(query, key, value, bias, dropout_rate: float, deterministic: bool, scale: float = 1.0):
+    """Multi-head attention of [B, L, H, K] queries over keys / values: softmax(scale·q·k + bias) in
+    float32 (bias [B | 1, H | 1, Lq, Lk]: masks and position bias), dropout on the weights (called
+    from a module's compact method), -> [B, L, H, K] in the values' dtype."""
+    logits = jnp.einsum("bqhk,bshk->bhqs", query, key).astype(jnp.float32)
+    weights = jax.nn.softmax(logits * scale + bias if scale != 1.0 else logits + bias, axis=-1).astype(value.dtype)
+    weights = nn.Dropout(dropout_rate)(weights, deterministic=deterministic)
+    return jnp.einsum("bhqs,bshk->bqhk", weights, value)
+
+
 class SelfAttention(nn.Module):
     config: T5Config
 
@@ -195,10 +206,7 @@ class SelfAttention(nn.Module):
         query = _dense(x, q_kernel.astype(dtype))
         key = _dense(x, k_kernel.astype(dtype))
         value = _dense(x, v_kernel.astype(dtype))
-        logits = jnp.einsum("bqhk,bshk->bhqs", query, key).astype(jnp.float32) + bias
-        weights = jax.nn.softmax(logits, axis=-1).astype(dtype)
-        weights = nn.Dropout(cfg.dropout_rate)(weights, deterministic=deterministic)
-        out = jnp.einsum("bhqs,bshk->bqhk", weights, value)
+        out = attend(query, key, value, bias, cfg.dropout_rate, deterministic)
         return _dense(out, o_kernel.astype(dtype), in_dims=2)
 
 
@@ -289,32 +297,6 @@ class T5Encoder(nn.Module):
             masked = (other | (segment_ids == 0)[:, None, :])[:, None]
         bias = jnp.where(masked, jnp.float32(-1e10), position_bias)
 
-        if cfg.scan_layers and not self.is_initializing():
-            x = self._scanned_layers(x, bias, deterministic)
-        else:
-            layer = nn.remat(EncoderLayer, static_argnums=(3,)) if cfg.remat else EncoderLayer
-            for i in range(cfg.num_layers):
-                x = layer(cfg, name=f"layers_{i}")(x, bias, deterministic)
+        x = apply_layers(self, EncoderLayer, cfg, x, bias, deterministic)
         x = RMSNorm(cfg.layer_norm_epsilon, dtype, pdtype, name="encoder_norm")(x)
         return drop(x, deterministic=deterministic)
-
-    def _scanned_layers(self, x, bias, deterministic: bool):
-        """The layers_<i> as one lax.scan: their parameters stacked on a leading axis (a cheap copy,
-        sharded like the parameters), one EncoderLayer applied per iteration."""
-        cfg = self.config
-        params = self.variables["params"]
-        stacked = jax.tree_util.tree_map(
-            lambda *p: jnp.stack(p), *[params[f"layers_{i}"] for i in range(cfg.num_layers)]
-        )
-        key = None if deterministic or cfg.dropout_rate == 0.0 else self.make_rng("dropout")
-        layer = EncoderLayer(cfg)
-
-        def body(x, inputs):
-            layer_params, index = inputs
-            rngs = {} if key is None else {"dropout": jax.random.fold_in(key, index)}
-            return layer.apply({"params": layer_params}, x, bias, deterministic, rngs=rngs), None
-
-        if cfg.remat:
-            body = jax.checkpoint(body)
-        x, _ = jax.lax.scan(body, x, (stacked, jnp.arange(cfg.num_layers)))
-        return x

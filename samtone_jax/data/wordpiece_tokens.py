@@ -1,0 +1,78 @@
+"""Text -> token ids with a Hugging Face `tokenizer.json` (a BERT-family model's WordPiece), through
+the `tokenizers` library alone (no TensorFlow, no transformers).
+
+A text becomes what sentence-transformers feeds the model: the tokenizer's own normaliser and
+pre-tokeniser (BERT: clean-up, lower case, accents stripped, CJK characters split), WordPiece, then
+its post-processor's special tokens ([CLS] … [SEP]), truncated to `length` ids *including* them
+(the Rust library's own truncation, as `tokenizer(texts, truncation=True, max_length=length)`),
+then [PAD] (id 0, the towers' padding id) to `length`. Tested equal to transformers' tokenizer on
+real texts (tests/test_bert.py).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from samtone_jax import paths
+from samtone_jax.errors import BadValueError, MissingFileError
+
+PAD_ID = 0  # models.PAD_ID (not imported: data does not depend on models)
+
+
+class WordPieceTokens:
+    """The tokeniser of a `tokenizer.json` (local or gs://), loaded on first use. Offers what the
+    package reads of a vocabulary: `vocab_size`, `encode(text)`, `tokenize_batch(texts, length)`;
+    `tokenizer_json` (the file's bytes) for an export."""
+
+    def __init__(self, path: str):
+        self.path = str(path)
+        self.extra_ids = 0
+
+    @functools.cached_property
+    def tokenizer_json(self) -> bytes:
+        try:
+            return paths.as_path(self.path).read_bytes()
+        except FileNotFoundError as e:
+            raise MissingFileError(f"tokenizer file {self.path} not found") from e
+
+    @functools.cached_property
+    def _tokenizer(self):
+        from tokenizers import Tokenizer
+
+        try:
+            tokenizer = Tokenizer.from_str(self.tokenizer_json.decode("utf-8"))
+        except Exception as e:  # noqa: BLE001  the library's parse errors, named with the file
+            raise BadValueError(f"{self.path} is not a Hugging Face tokenizer.json ({type(e).__name__}: {e})") from e
+        pad = tokenizer.token_to_id("[PAD]")
+        if pad != PAD_ID:
+            raise BadValueError(
+                f"{self.path}: the padding token [PAD] has id {pad}, but the towers pad with id {PAD_ID} "
+                "(a BERT-family WordPiece vocabulary is expected)"
+            )
+        tokenizer.no_padding()
+        return tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        """The ids of `text` without special tokens."""
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def tokenize_batch(self, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
+        """([N, length] int32 ids: [CLS] text [SEP] truncated to `length`, then [PAD]; [N] int32 1
+        where the text was truncated)."""
+        if length < 2:
+            raise BadValueError(f"length {length}: a WordPiece input needs at least [CLS] and [SEP]")
+        tokens = np.full((len(texts), length), PAD_ID, np.int32)
+        truncated = np.zeros((len(texts),), np.int32)
+        if not texts:
+            return tokens, truncated
+        self._tokenizer.enable_truncation(max_length=length, strategy="longest_first")
+        for row, encoding in enumerate(self._tokenizer.encode_batch(list(texts))):
+            tokens[row, : len(encoding.ids)] = encoding.ids
+            truncated[row] = bool(encoding.overflowing)
+        return tokens, truncated

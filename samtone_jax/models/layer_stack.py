@@ -1,0 +1,49 @@
+"""A tower's encoder layers, applied one after another: unrolled (each `layers_<i>` its own module),
+rematerialised (jax.checkpoint per layer) and / or as one lax.scan over their stacked parameters.
+T5 and BERT towers share it; the parameter tree keeps its layers_<i> layout in every mode, so
+importers, exporters and checkpoints do not depend on how the layers run."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+def apply_layers(tower: nn.Module, layer_cls, config, x, bias, deterministic: bool):
+    """x -> layers_{num_layers - 1}(... layers_0(x, bias, deterministic)). `tower` is the calling
+    module (compact), `layer_cls(config, name=...)` one layer; `config.remat` / `config.scan_layers`
+    choose how they run (same outputs and gradients; with scan, dropout masks are drawn per layer
+    from fold_in(key, layer))."""
+    if config.scan_layers and not tower.is_initializing():
+        return _scanned(tower, layer_cls, config, x, bias, deterministic)
+    layer = nn.remat(layer_cls, static_argnums=(3,)) if config.remat else layer_cls
+    for i in range(config.num_layers):
+        x = layer(config, name=f"layers_{i}", parent=tower)(x, bias, deterministic)
+    return x
+
+
+def _scanned(tower: nn.Module, layer_cls, config, x, bias, deterministic: bool):
+    """The layers_<i> as one lax.scan: their parameters stacked on a leading axis (a cheap copy,
+    sharded like the parameters), one layer applied per iteration. Under FSDP one layer's gathered
+    weights are live at a time; compile time no longer grows with depth."""
+    params = tower.variables["params"]
+    stacked = jax.tree_util.tree_map(
+        lambda *p: jnp.stack(p), *[params[f"layers_{i}"] for i in range(config.num_layers)]
+    )
+    key = None if deterministic or not _has_dropout(config) else tower.make_rng("dropout")
+    layer = layer_cls(config, parent=None)
+
+    def body(x, inputs):
+        layer_params, index = inputs
+        rngs = {} if key is None else {"dropout": jax.random.fold_in(key, index)}
+        return layer.apply({"params": layer_params}, x, bias, deterministic, rngs=rngs), None
+
+    if config.remat:
+        body = jax.checkpoint(body)
+    x, _ = jax.lax.scan(body, x, (stacked, jnp.arange(config.num_layers)))
+    return x
+
+
+def _has_dropout(config) -> bool:
+    return bool(config.dropout_rate or getattr(config, "attention_dropout_rate", 0.0))

@@ -1,0 +1,222 @@
+"""BERT-family towers: the Flax encoder against transformers' BertModel (tiny random configs), packing
+and scan / remat, the WordPiece tokeniser against transformers' on real texts, the import of
+sentence-transformers / Hugging Face folders (and what it refuses), and the real all-MiniLM-L6-v2
+embedding like SentenceTransformer (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import require_shared
+
+from samtone_jax import cli, gin_utils
+from samtone_jax.checkpoints import hf_bert
+from samtone_jax.checkpoints.source import CheckpointMismatchError, tower_from_source
+from samtone_jax.data.wordpiece_tokens import WordPieceTokens
+from samtone_jax.models import BertConfig, BertEncoder, DualEncoder, init_params
+from samtone_jax.models.bert import segment_positions
+
+TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+TINY |= dict(max_position_embeddings=40, type_vocab_size=2, layer_norm_eps=1e-12)
+
+UNICODE_TEXTS = [
+    "",
+    " ",
+    "Hello, World!",
+    "naïve café à la crème brûlée",
+    "Ünïcödé ÀCCÉNTS — “quotes” and ‘single’ … ellipsis",
+    "東京タワーは日本の電波塔です",
+    "emoji 🙂🚀 and symbols ∑∫√ ≠ ≤",
+    "tabs\tand\nnewlines\r\nmixed",
+    "don't won't it's O'Neill's",
+    "x" * 300,
+    "word " * 400,
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_folder(tmp_path_factory):
+    """A randomly initialised transformers BertModel (tiny) saved as a Hugging Face folder."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.BertModel(transformers.BertConfig(**TINY, hidden_dropout_prob=0.0))
+    with torch.no_grad():  # LayerNorms away from 1 / 0, so a swapped scale and bias would show
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    model.save_pretrained(folder)
+    return folder, model.eval()
+
+
+def _our_tower(folder, config=None):
+    config = config or hf_bert.bert_config(str(folder))
+    abstract = jax.eval_shape(
+        lambda: nn.unbox(BertEncoder(config).init(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32)))
+    )
+    params, used = tower_from_source(hf_bert.open_source(str(folder), config), abstract["params"])
+    return config, params, used
+
+
+def _random_tokens(rng, batch, length, vocab, lengths):
+    tokens = rng.integers(1, vocab, (batch, length)).astype(np.int32)
+    for row, n in enumerate(lengths):
+        tokens[row, n:] = 0
+    return tokens
+
+
+def test_the_bert_tower_computes_what_transformers_bert_model_computes(tiny_bert_folder):
+    import torch
+
+    folder, torch_model = tiny_bert_folder
+    config, params, used = _our_tower(folder)
+    assert len(used) == 5 + 16 * 2  # embeddings (3 tables, LN scale + bias) and 16 tensors per layer
+    tokens = _random_tokens(np.random.default_rng(1), 3, 12, TINY["vocab_size"], [12, 7, 1])
+    ours = np.asarray(BertEncoder(config).apply({"params": params}, tokens))
+    with torch.no_grad():
+        theirs = torch_model(
+            input_ids=torch.tensor(tokens, dtype=torch.long), attention_mask=torch.tensor(tokens != 0)
+        ).last_hidden_state.numpy()
+    real = tokens != 0
+    np.testing.assert_allclose(ours[real], theirs[real], atol=2e-5, rtol=1e-5)
+
+
+def test_a_packed_row_gives_each_text_its_own_positions_and_hidden_states(tiny_bert_folder):
+    folder, _ = tiny_bert_folder
+    config, params, _ = _our_tower(folder)
+    rng = np.random.default_rng(2)
+    texts = [rng.integers(1, 99, n).astype(np.int32) for n in (5, 3, 6)]
+    row = np.concatenate([*texts, np.zeros(2, np.int32)])[None]
+    segment_ids = np.concatenate([np.full(len(t), i + 1) for i, t in enumerate(texts)] + [np.zeros(2)])[None]
+    segment_ids = segment_ids.astype(np.int32)
+    np.testing.assert_array_equal(
+        segment_positions(jnp.asarray(segment_ids))[0, :14], [0, 1, 2, 3, 4, 0, 1, 2] + list(range(6))
+    )
+    packed = np.asarray(BertEncoder(config).apply({"params": params}, row, segment_ids=segment_ids))[0]
+    start = 0
+    for t in texts:
+        alone = np.asarray(BertEncoder(config).apply({"params": params}, t[None]))[0]
+        np.testing.assert_allclose(packed[start : start + len(t)], alone, atol=2e-5)
+        start += len(t)
+
+
+def test_scanned_and_rematerialised_layers_give_the_same_embeddings_and_gradients(tiny_bert_folder):
+    folder, _ = tiny_bert_folder
+    config, params, _ = _our_tower(folder)
+    tokens = _random_tokens(np.random.default_rng(3), 2, 10, 99, [10, 4])
+
+    def loss(config, params):
+        return jnp.sum(jnp.sin(BertEncoder(config).apply({"params": params}, tokens)))
+
+    plain = jax.value_and_grad(lambda p: loss(config, p))(params)
+    for variant in (dict(scan_layers=True), dict(remat=True), dict(scan_layers=True, remat=True)):
+        other = BertConfig(**{**config.__dict__, **variant})
+        got = jax.value_and_grad(lambda p, other=other: loss(other, p))(params)
+        np.testing.assert_allclose(got[0], plain[0], rtol=1e-5)
+        # float32 sums in another order (scan): gradients up to ~60, so relative 1e-5 of the largest
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4), got[1], plain[1])
+
+
+def test_an_identity_projection_embeds_as_mean_pooling_then_normalisation(tiny_bert_folder):
+    folder, _ = tiny_bert_folder
+    config, tower, _ = _our_tower(folder)
+    model = DualEncoder(config, "sde", projection_init="identity")
+    params = jax.device_get(nn.unbox(init_params(model, jax.random.PRNGKey(0))))
+    params["encoder"] = tower
+    tokens = _random_tokens(np.random.default_rng(4), 2, 9, 99, [9, 3])
+    got = np.asarray(model.apply({"params": params}, tokens, method=model.encode_queries))
+    hidden = np.asarray(BertEncoder(config).apply({"params": tower}, tokens))
+    mask = (tokens != 0)[..., None]
+    pooled = (hidden * mask).sum(1) / mask.sum(1)  # by hand: sentence-transformers' mean pooling
+    np.testing.assert_allclose(got, pooled / np.linalg.norm(pooled, axis=1, keepdims=True), atol=1e-6)
+    with pytest.raises(ValueError, match="projection_init='identity' needs projection_dim = emb_dim"):
+        bad = DualEncoder(config, "sde", projection_dim=16, projection_init="identity")
+        init_params(bad, jax.random.PRNGKey(0))
+
+
+def test_the_saved_model_gin_rebuilds_a_bert_dual_encoder():
+    model = DualEncoder(BertConfig(vocab_size=99, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=37), "ade_spl")
+    model = model.clone(projection_init="identity")
+    assert gin_utils.model_from_gin_text(gin_utils.model_gin(model)) == model
+
+
+def _minilm():
+    from samtone_jax.checkpoints.pretrained import minilm_folder
+
+    return minilm_folder()
+
+
+def _squad_texts(count: int) -> list[str]:
+    folder = require_shared("multireqa_squad_dev")
+    with open(folder / "questions.jsonl", encoding="utf-8") as f:
+        questions = [json.loads(line)["question"] for _, line in zip(range(count // 2), f, strict=False)]
+    with open(folder / "candidates.jsonl", encoding="utf-8") as f:
+        sentences = [json.loads(line)["text"] for _, line in zip(range(count - len(questions)), f, strict=False)]
+    return questions + sentences
+
+
+def test_wordpiece_ids_equal_transformers_tokenizer_on_real_and_odd_texts():
+    from transformers import AutoTokenizer
+
+    folder = _minilm()
+    ours = WordPieceTokens(os.path.join(folder, "tokenizer.json"))
+    theirs = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    texts = _squad_texts(3000) + UNICODE_TEXTS
+    for length in (16, 128):
+        tokens, truncated = ours.tokenize_batch(texts, length)
+        want = theirs(texts, truncation=True, max_length=length, padding="max_length")["input_ids"]
+        np.testing.assert_array_equal(tokens, np.asarray(want, np.int32))
+        full = theirs(texts, truncation=False)["input_ids"]
+        np.testing.assert_array_equal(truncated, [len(ids) > length for ids in full])
+    assert ours.vocab_size == 30522 and tokens[0, 0] == theirs.cls_token_id
+
+
+def test_bert_imports_refuse_what_the_tower_is_not(tiny_bert_folder, tmp_path):
+    folder, _ = tiny_bert_folder
+    config = json.loads((folder / "config.json").read_text())
+    for change, said in (
+        ({"model_type": "roberta"}, "model_type 'roberta'"),
+        ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
+        ({"hidden_act": "gelu_new"}, "hidden_act 'gelu_new'"),
+    ):
+        bad = tmp_path / next(iter(change))
+        bad.mkdir()
+        (bad / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(CheckpointMismatchError, match=said):
+            hf_bert.bert_config(str(bad))
+    st = tmp_path / "st"
+    shutil.copytree(_minilm(), st)
+    pooling = json.loads((st / "1_Pooling" / "config.json").read_text())
+    (st / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "pooling_mode_cls_token": True}))
+    with pytest.raises(CheckpointMismatchError, match=r"pooling \['cls_token', 'mean_tokens'\]"):
+        hf_bert.transformer_folder(str(st))
+
+
+@pytest.mark.slow
+def test_the_imported_minilm_embeds_like_sentence_transformers(tmp_path, capsys):
+    """import-checkpoint of the real all-MiniLM-L6-v2 folder, then samtone_jax.load: the embeddings of
+    1,000 real texts (and the odd ones) equal SentenceTransformer(folder).encode's (float32)."""
+    from sentence_transformers import SentenceTransformer
+
+    import samtone_jax
+
+    folder, dst = _minilm(), tmp_path / "minilm"
+    assert cli.main(["import-checkpoint", "--format=sentence-transformers", f"--src={folder}", f"--dst={dst}"]) == 0
+    assert "imported 101 variables (22,712,832 parameters" in capsys.readouterr().out
+    texts = _squad_texts(1000) + UNICODE_TEXTS
+    encoder = samtone_jax.load(str(dst))
+    assert (encoder.query_length, encoder.doc_length) == (256, 256)  # sentence-transformers' max_seq_length
+    theirs = SentenceTransformer(folder, device="cpu", local_files_only=True).encode(texts, batch_size=64)
+    cosine = np.sum(encoder.encode_documents(texts) * theirs, axis=1)
+    assert cosine.min() >= 0.99999, (cosine.min(), texts[int(cosine.argmin())])
+    # SDE: one tower for both sides (queries checked on a sample: the same computation)
+    np.testing.assert_allclose(encoder.encode_queries(texts[:50]), encoder.encode_documents(texts[:50]), atol=1e-6)
