@@ -28,6 +28,7 @@ from samtone_jax import distillation, grad_cache, loop, matryoshka, optimizer, p
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.batch_embeddings import embed_batch
 from samtone_jax.checkpoints import load_params
+from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.data.input_spec import InputSpec
 from samtone_jax.errors import BadValueError, MissingFileError
@@ -148,12 +149,14 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings):
 
 
 def _keep_vocabulary(vocabulary: str | None, model_dir) -> None:
-    """Copy the SentencePiece model to MODEL_DIR/vocab.model (atomically; local or gs:// either
-    side), so the run is self-contained for `samtone_jax.load` and export. T5's public vocabulary
-    (no train.vocabulary) stays referenced by name."""
+    """Copy the SentencePiece model to MODEL_DIR/vocab.model (a BERT-family tokenizer.json to
+    MODEL_DIR/tokenizer.json; atomically, local or gs:// either side), so the run is self-contained
+    for `samtone_jax.load` and export. T5's public vocabulary (no train.vocabulary) stays referenced
+    by name."""
     if not vocabulary:
         return
-    source, target = paths.as_path(vocabulary), paths.as_path(model_dir) / run_folders.VOCABULARY
+    name = run_folders.TOKENIZER if vocab_lib.is_wordpiece(vocabulary) else run_folders.VOCABULARY
+    source, target = paths.as_path(vocabulary), paths.as_path(model_dir) / name
     if not source.exists():
         raise MissingFileError(f"train.vocabulary={vocabulary!r} not found (as {source}): fix VOCABULARY")
     if source == target:
@@ -333,6 +336,7 @@ def fit(
     from samtone_jax.tasks import registration  # seqio + TensorFlow: when a run starts, not for every gin parse
 
     inputs.check_mesh(mesh)
+    vocab_lib.special_ids(inputs.spec.vocabulary)  # a tokenizer.json is read and checked before MODEL_DIR is written
     tx, lr_schedule = optimizer.adafactor(train_steps=schedule.train_steps)
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if jax.process_index() == 0:
@@ -383,7 +387,6 @@ def _evaluator(model, mesh, loss_fn, inputs: TrainInputs, evaluation: Evaluation
 
         evaluators.append(in_batch)
     if evaluation.retrieval_task:
-        from samtone_jax.data import vocab as vocab_lib
         from samtone_jax.evaluation.train_hook import RetrievalEval
 
         spec = inputs.spec

@@ -220,3 +220,87 @@ def test_the_imported_minilm_embeds_like_sentence_transformers(tmp_path, capsys)
     assert cosine.min() >= 0.99999, (cosine.min(), texts[int(cosine.argmin())])
     # SDE: one tower for both sides (queries checked on a sample: the same computation)
     np.testing.assert_allclose(encoder.encode_queries(texts[:50]), encoder.encode_documents(texts[:50]), atol=1e-6)
+
+
+def test_the_training_pipeline_gives_the_ids_the_encoder_gives(wordnet_env):
+    """A tokenizer.json as train.vocabulary: the seqio pipeline's query / document / negative ids are
+    [CLS] text [SEP] truncated and padded exactly as samtone_jax.load's tokeniser makes them."""
+    from samtone_jax.data import pipeline
+    from samtone_jax.data.input_spec import InputSpec
+    from samtone_jax.tasks import registration
+
+    tokenizer = os.path.join(_minilm(), "tokenizer.json")
+    spec = InputSpec(tokenizer, query_length=8, doc_length=10)
+    registration.register(spec)
+    try:
+        columns = registration.examples("wordnet_definitions", "all", spec)
+        batch = next(pipeline.train_dataset("wordnet_definitions", "all", spec, batch_size=16).as_numpy_iterator())
+    finally:
+        registration.register()
+    texts = {int(i): t for i, t in zip(columns["query_id"], columns["query"], strict=True)}
+    texts |= {int(i): t for i, t in zip(columns["doc_id"], columns["document"], strict=True)}
+    ours = WordPieceTokens(tokenizer)
+    for side, length in (("query", 8), ("doc", 10)):
+        want, truncated = ours.tokenize_batch([texts[int(i)] for i in batch[f"{side}_id"]], length)
+        np.testing.assert_array_equal(batch[f"{side}_tokens"], want)
+        np.testing.assert_array_equal(batch[f"{side}_truncated"], truncated)
+    assert batch["query_tokens"][:, 0].tolist() == [101] * 16  # [CLS]
+    assert any(batch["doc_truncated"]) and not all(batch["doc_truncated"])  # both kinds were compared
+
+
+def _tiny_wordpiece_bert(folder, texts):
+    """A WordPiece tokenizer.json trained on `texts` and a random tiny BertModel of its vocabulary,
+    saved together as a Hugging Face folder."""
+    import torch
+    import transformers
+    from tokenizers import BertWordPieceTokenizer
+    from tokenizers.processors import BertProcessing
+
+    tokenizer = BertWordPieceTokenizer(lowercase=True)
+    tokenizer.train_from_iterator(texts, vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    ids = {t: tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]")}
+    tokenizer._tokenizer.post_processor = BertProcessing(("[SEP]", ids["[SEP]"]), ("[CLS]", ids["[CLS]"]))
+    folder.mkdir(parents=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    torch.manual_seed(0)
+    config = {**TINY, "vocab_size": tokenizer.get_vocab_size(), "max_position_embeddings": 64}
+    transformers.BertModel(transformers.BertConfig(**config)).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow
+def test_a_bert_tower_trains_packed_from_an_import_then_loads_and_evaluates(wordnet_env, tmp_path, capsys):
+    """Hugging Face BERT folder -> import-checkpoint -> samtone train (packed, INIT_CHECKPOINT, the
+    tokenizer.json as the vocabulary) -> samtone_jax.load of the run and samtone eval."""
+    import samtone_jax
+    from samtone_jax.tasks import catalogue
+
+    hf = _tiny_wordpiece_bert(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
+    init, run = tmp_path / "init", tmp_path / "run"
+    assert cli.main(["import-checkpoint", "--format=hf", f"--src={hf}", f"--dst={init}"]) == 0
+    argv = [
+        "train",
+        f"--gin_file={init}/model.gin",  # the import's BertConfig.* and DualEncoder.*
+        "--gin_file=losses/samtone_query.gin",
+        "--gin.TEMPERATURE=0.05",
+        f"--gin.train.model_dir='{run}'",
+        "--gin.train.task='wordnet_definitions'",
+        "--gin.train.split='all'",
+        "--gin.train.train_steps=2",
+        "--gin.train.batch_size=8",
+        "--gin.train.query_length=12",
+        "--gin.train.doc_length=16",
+        f"--gin.train.vocabulary='{hf}/tokenizer.json'",
+        f"--gin.train.init_checkpoint='{init}'",
+        "--gin.train.packing=True",
+        "--gin.train.log_every=1",
+        "--gin.create_mesh.num_devices=1",
+    ]
+    assert cli.main(argv) == 0
+    assert (run / "tokenizer.json").read_bytes() == (hf / "tokenizer.json").read_bytes()
+    texts = ["a small dog", "the act of running"]
+    before, after = samtone_jax.load(str(init)), samtone_jax.load(str(run))
+    assert after.query_length == 12 and np.abs(after.encode_queries(texts) - before.encode_queries(texts)).max() > 1e-4
+    flags = [f"--gin.evaluate.model_dir='{run}'", "--gin.evaluate.task='wordnet_definitions'"]
+    assert cli.main(["eval", *flags, "--gin.evaluate.split='all'", "--gin.evaluate.k=10"]) == 0
+    assert json.loads((run / "eval" / "wordnet_definitions_all_step2.json").read_text())["metrics"]

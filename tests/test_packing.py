@@ -11,11 +11,12 @@ import numpy as np
 import optax
 import pytest
 
-from samtone_jax.models import DualEncoder, T5Config, init_params
+from samtone_jax.models import BertConfig, DualEncoder, T5Config, init_params
 from samtone_jax.models.layout import ARCHITECTURES
 
 LENGTH = 48  # distances up to 47: T5's exact and log-spaced buckets (and their boundaries)
 TINY = T5Config(vocab_size=64, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=48, num_layers=2)
+TINY_BERT = BertConfig(vocab_size=64, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=48, num_layers=2, max_length=64)
 # Rows of text lengths, packed by hand: a text filling its row, a row of one text, rows of several
 # texts of very different lengths, and one with free room at the end (padding).
 ROWS = [[48], [3, 7, 1], [5], [2, 9, 4], [30, 17]]
@@ -217,15 +218,18 @@ def gin_samtone():
 
 
 @pytest.mark.slow
-def test_the_packed_step_equals_the_unpacked_step_sharded_and_with_grad_cache(gin_samtone):
+@pytest.mark.parametrize("tower", ["t5", "bert"])
+def test_the_packed_step_equals_the_unpacked_step_sharded_and_with_grad_cache(gin_samtone, tower):
     """Same pairs, packed on 8 devices (plain and GradCache) vs unpacked on one: the same loss,
-    metrics and updated parameters (dropout off: packed rows draw their masks per row)."""
+    metrics and updated parameters (dropout off: packed rows draw their masks per row); T5 and BERT
+    towers (BERT's absolute positions restart in every packed text)."""
     from samtone_jax import partitioning, train_batches
     from samtone_jax.data.packing import pack_batch
 
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
-    model = DualEncoder(TINY, "ade_spl", projection_dim=16, identical_tower_init=False)
+    config = TINY if tower == "t5" else TINY_BERT
+    model = DualEncoder(config, "ade_spl", projection_dim=16, identical_tower_init=False)
     raw = _batch(seed=7, b=64, k=2, short=5)
     batch = train_batches.model_features(dict(raw, query_id=np.arange(64) % 40))  # duplicates, to be masked
     packed = pack_batch(batch, devices=8, max_segments=4, row_multiple=2)
@@ -237,7 +241,7 @@ def test_the_packed_step_equals_the_unpacked_step_sharded_and_with_grad_cache(gi
     _assert_same_step(_step(model, eight, packed, max_segments=4), reference, "packed on 8 devices")
     _assert_same_step(_step(model, eight, packed, chunk=1, max_segments=4), reference, "packed + GradCache")
     # Dropout on: GradCache re-draws each packed row's mask from its row index, as the plain step.
-    dropout = model.clone(config=dataclasses.replace(TINY, dropout_rate=0.2))
+    dropout = model.clone(config=dataclasses.replace(config, dropout_rate=0.2))
     plain = _step(dropout, eight, packed, max_segments=4)
     _assert_same_step(_step(dropout, eight, packed, chunk=1, max_segments=4), plain, "dropout, GradCache")
     assert abs(plain[1]["loss"] - reference[1]["loss"]) > 1e-4  # the masks are really on

@@ -5,8 +5,9 @@ length, no EOS yet), `query_id`, `doc_id` (int64), optionally `negatives` (ragge
 `negative_ids` (int64 [K]).
 
 Model features: `query_tokens` [Lq], `doc_tokens` [Ld], `negative_tokens` [K, Ld] — each
-truncated to length−1 then EOS-terminated (T5's `append_eos_after_trim`), zero-padded, never
-packed — the ids, and `query_truncated` / `doc_truncated` (int32 0/1) so truncation is counted.
+truncated to what fits, then EOS-terminated (T5's `append_eos_after_trim`; a BERT-family
+vocabulary: [CLS] first and [SEP] last, as its tokenizer's post-processor does), zero-padded,
+never packed — the ids, and `query_truncated` / `doc_truncated` (int32 0/1) so truncation is counted.
 
 Teacher features pass through as they are: `teacher_scores` (float32 [1 + K]) and `guide_ids`
 (int64 [G]), when the converter is built with them (data/input_spec.InputSpec).
@@ -23,9 +24,10 @@ EOS_ID = 1
 Spec = seqio.FeatureConverter.FeatureSpec
 
 
-def trim_append_eos_pad(tokens: tf.Tensor, length: int) -> tf.Tensor:
-    """[n] ids -> [length]: the first length−1 ids, EOS, zeros."""
-    tokens = tf.concat([tokens[: length - 1], [EOS_ID]], axis=0)
+def trim_append_eos_pad(tokens: tf.Tensor, length: int, start_id: int | None = None, end_id: int = EOS_ID):
+    """[n] ids -> [length]: [start_id] (when given), the ids that fit, end_id, zeros."""
+    start = [] if start_id is None else [start_id]
+    tokens = tf.concat([start, tokens[: length - 1 - len(start)], [end_id]], axis=0)
     return tf.pad(tokens, [[0, length - tf.shape(tokens)[0]]])
 
 
@@ -36,7 +38,15 @@ class DualEncoderFeatureConverter(seqio.FeatureConverter):
     MODEL_FEATURES = {}
     PACKING_FEATURE_DTYPES = {}
 
-    def __init__(self, num_negatives: int = 0, teacher_scores: bool = False, guide_ids: int = 0, **kwargs):
+    def __init__(
+        self,
+        num_negatives: int = 0,
+        teacher_scores: bool = False,
+        guide_ids: int = 0,
+        start_id: int | None = None,
+        end_id: int = EOS_ID,
+        **kwargs,
+    ):
         if num_negatives < 0 or guide_ids < 0:
             raise BadValueError(f"num_negatives ({num_negatives}) and guide_ids ({guide_ids}) must be >= 0")
         if teacher_scores and not num_negatives:
@@ -45,6 +55,7 @@ class DualEncoderFeatureConverter(seqio.FeatureConverter):
             )
         super().__init__(pack=False, apply_length_check=False, **kwargs)
         self.num_negatives = num_negatives
+        self.start_id, self.end_id = start_id, end_id  # data/vocab.special_ids of the vocabulary
         self.passthrough = {}
         if teacher_scores:
             self.passthrough["teacher_scores"] = (Spec(dtype=tf.float32), 1 + num_negatives)
@@ -82,30 +93,28 @@ class DualEncoderFeatureConverter(seqio.FeatureConverter):
 
     def _convert_features(self, ds: tf.data.Dataset, task_feature_lengths) -> tf.data.Dataset:
         lq, ld, k = task_feature_lengths["query"], task_feature_lengths["document"], self.num_negatives
+        special = 1 + (self.start_id is not None)  # ids each input spends on special tokens
+
+        def wrap(tokens, length):
+            return trim_append_eos_pad(tokens, length, self.start_id, self.end_id)
 
         def convert(ex):
             out = {
-                "query_tokens": trim_append_eos_pad(ex["query"], lq),
-                "doc_tokens": trim_append_eos_pad(ex["document"], ld),
+                "query_tokens": wrap(ex["query"], lq),
+                "doc_tokens": wrap(ex["document"], ld),
                 "query_id": ex["query_id"],
                 "doc_id": ex["doc_id"],
-                "query_truncated": tf.cast(tf.size(ex["query"]) >= lq, tf.int32),
-                "doc_truncated": tf.cast(tf.size(ex["document"]) >= ld, tf.int32),
+                "query_truncated": tf.cast(tf.size(ex["query"]) > lq - special, tf.int32),
+                "doc_truncated": tf.cast(tf.size(ex["document"]) > ld - special, tf.int32),
             }
             if k:
                 negatives = ex["negatives"]
-                if isinstance(negatives, tf.RaggedTensor):
-                    negatives = negatives.to_tensor()
-                trimmed = negatives[:k, : ld - 1]
-                lengths = tf.reduce_sum(tf.cast(trimmed != 0, tf.int32), axis=1)
-                with_eos = tf.tensor_scatter_nd_update(
-                    tf.pad(trimmed, [[0, 0], [0, 1]]),
-                    tf.stack([tf.range(tf.shape(trimmed)[0]), lengths], axis=1),
-                    tf.fill([tf.shape(trimmed)[0]], EOS_ID),
+                if not isinstance(negatives, tf.RaggedTensor):
+                    negatives = tf.RaggedTensor.from_tensor(negatives, padding=0)
+                wrapped = tf.map_fn(
+                    lambda row: wrap(row, ld), negatives[:k], fn_output_signature=tf.TensorSpec([ld], tf.int32)
                 )
-                out["negative_tokens"] = tf.pad(
-                    with_eos, [[0, k - tf.shape(with_eos)[0]], [0, ld - tf.shape(with_eos)[1]]]
-                )
+                out["negative_tokens"] = tf.pad(wrapped, [[0, k - tf.shape(wrapped)[0]], [0, 0]])
                 out["negative_ids"] = ex["negative_ids"][:k]
             out.update({name: ex[name] for name in self.passthrough})
             return out

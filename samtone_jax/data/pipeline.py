@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import seqio
 
+from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.features import DualEncoderFeatureConverter
 from samtone_jax.data.input_spec import InputSpec
 from samtone_jax.errors import BadValueError
@@ -66,7 +67,8 @@ def train_dataset(
             f"is a run of consecutive examples of the whole task); data_shards is {shards}"
         )
     provider = seqio.get_mixture_or_task(name)
-    converter = DualEncoderFeatureConverter(spec.num_negatives, spec.teacher_scores, spec.guide_ids)
+    start_id, end_id = vocab_lib.special_ids(spec.vocabulary)
+    converter = DualEncoderFeatureConverter(spec.num_negatives, spec.teacher_scores, spec.guide_ids, start_id, end_id)
     lengths = converter.task_feature_lengths(spec.query_length, spec.doc_length)
     per_shard = global_batch // shards
     owned = range(shard_index * shards // num_shards, (shard_index + 1) * shards // num_shards)

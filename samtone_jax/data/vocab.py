@@ -27,10 +27,87 @@ def _model_and_extra_ids(path: str | None, extra_ids: int | None) -> tuple[str, 
     return path, extra_ids
 
 
+def is_wordpiece(path: str | None) -> bool:
+    """Whether `path` is a Hugging Face tokenizer.json (a BERT-family tower's vocabulary)."""
+    return path is not None and str(path).endswith(".json")
+
+
 def vocabulary(path: str | None = None, extra_ids: int | None = None):
-    """A seqio.SentencePieceVocabulary (loaded lazily, on first use), local or gs://."""
+    """A seqio.SentencePieceVocabulary (loaded lazily, on first use), local or gs://; for a
+    tokenizer.json, the seqio vocabulary of its WordPiece (ids without [CLS] / [SEP]: the feature
+    converter adds them, as it adds T5's EOS)."""
+    if is_wordpiece(path):
+        return _wordpiece_vocabulary_class()(path)
     path, extra_ids = _model_and_extra_ids(path, extra_ids)
     return _vocabulary_class()(path, extra_ids=extra_ids)
+
+
+def special_ids(path: str | None) -> tuple[int | None, int]:
+    """(the id every input starts with, or None; the id that ends it) for the vocabulary at `path`:
+    T5 (None, EOS 1); a BERT-family tokenizer.json ([CLS], [SEP])."""
+    if not is_wordpiece(path):
+        return None, 1
+    return tokens(path).start_end_ids
+
+
+@functools.cache
+def _wordpiece_vocabulary_class():
+    import numpy as np
+    import seqio
+
+    from samtone_jax.data.wordpiece_tokens import WordPieceTokens
+    from samtone_jax.tensorflow_setup import tf
+
+    class WordPieceVocabulary(seqio.Vocabulary):
+        """seqio's interface over data/wordpiece_tokens.py (the `tokenizers` library, called from
+        tf.data through tf.numpy_function): a scalar text -> [n] int32 ids, a vector -> ragged."""
+
+        def __init__(self, path: str):
+            self._tokens = WordPieceTokens(path)
+            self.tokenizer_json_file = str(path)
+            super().__init__(extra_ids=0)
+
+        @property
+        def eos_id(self):
+            return None  # the converter ends every input with [SEP]
+
+        @property
+        def unk_id(self):
+            return self._tokens.unk_id
+
+        @property
+        def _base_vocab_size(self):
+            return self._tokens.vocab_size
+
+        def _encode(self, s):
+            return self._tokens.encode(s)
+
+        def _decode(self, ids):
+            return self._tokens.decode(ids)
+
+        def _encode_tf(self, s):
+            def encode(texts):
+                rows = [self._tokens.encode(t.decode("utf-8")) for t in np.atleast_1d(texts)]
+                values = np.array([i for row in rows for i in row], np.int32)
+                return values, np.array([len(row) for row in rows], np.int64)
+
+            values, lengths = tf.numpy_function(encode, [s], [tf.int32, tf.int64], stateful=False)
+            values.set_shape([None])
+            if s.shape.rank == 0:
+                return values
+            lengths.set_shape([None])
+            return tf.RaggedTensor.from_row_lengths(values, lengths)
+
+        def _decode_tf(self, ids):
+            raise NotImplementedError("WordPieceVocabulary decodes in Python only (decode)")
+
+        def __eq__(self, other):
+            return isinstance(other, WordPieceVocabulary) and other.tokenizer_json_file == self.tokenizer_json_file
+
+        def __hash__(self):
+            return hash(self.tokenizer_json_file)
+
+    return WordPieceVocabulary
 
 
 def tokens(path: str | None = None, extra_ids: int | None = None):
@@ -39,7 +116,7 @@ def tokens(path: str | None = None, extra_ids: int | None = None):
     model's WordPiece) gives data/wordpiece_tokens.py's tokeniser."""
     from samtone_jax.data.sentencepiece_tokens import SentencePieceTokens
 
-    if path is not None and str(path).endswith(".json"):
+    if is_wordpiece(path):
         from samtone_jax.data.wordpiece_tokens import WordPieceTokens
 
         return WordPieceTokens(path)

@@ -58,9 +58,36 @@ class WordPieceTokens:
     def vocab_size(self) -> int:
         return self._tokenizer.get_vocab_size()
 
+    @property
+    def unk_id(self) -> int | None:
+        return self._tokenizer.token_to_id("[UNK]")
+
+    @functools.cached_property
+    def start_end_ids(self) -> tuple[int, int]:
+        """([CLS], [SEP]): what the post-processor puts around one text (read from it, not assumed)."""
+        ids = self._tokenizer.post_process(self._tokenizer.encode("", add_special_tokens=False)).ids
+        if len(ids) != 2:
+            raise BadValueError(f"{self.path}: one text is wrapped in {ids}; expected [CLS] and [SEP] around it")
+        return ids[0], ids[1]
+
     def encode(self, text: str) -> list[int]:
-        """The ids of `text` without special tokens."""
-        return self._tokenizer.encode(text, add_special_tokens=False).ids
+        """The ids of `text` without special tokens (never truncated)."""
+        encoding = self._plain.encode(text, add_special_tokens=False)
+        return encoding.ids
+
+    def decode(self, ids) -> str:
+        return self._tokenizer.decode([int(i) for i in ids])
+
+    @functools.cached_property
+    def _plain(self):
+        """A second instance that never truncates (tokenize_batch sets truncation on the first)."""
+        from tokenizers import Tokenizer
+
+        self._tokenizer  # noqa: B018  (parsed and checked once, with the errors above)
+        tokenizer = Tokenizer.from_str(self.tokenizer_json.decode("utf-8"))
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        return tokenizer
 
     def tokenize_batch(self, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
         """([N, length] int32 ids: [CLS] text [SEP] truncated to `length`, then [PAD]; [N] int32 1
