@@ -20,31 +20,29 @@ def cmd_import_checkpoint(args, bindings) -> int:
     src = paths.as_path(args.src)
     gin_files, gin_text = args.gin_file, None
     extra_bindings, extra = [], {}
-    bert = _bert_folder(args.format, str(src))
-    if bert is not None:  # the tower's shape from its config.json: no models/*.gin
+    exported = (src / run_folders.EXPORT_JSON).exists() and (src / run_folders.MODEL_GIN).exists()
+    bert = None if exported else _bert_folder(args.format, str(src))
+    if not gin_files and exported:  # a `samtone export` folder describes its model
+        import json
+
+        gin_text = (src / run_folders.MODEL_GIN).read_text()
+        info = json.loads((src / run_folders.EXPORT_JSON).read_text())  # keep its lengths for samtone_jax.load
+        extra_bindings = [f"train.query_length = {info['query_length']}", f"train.doc_length = {info['doc_length']}"]
+    elif bert is not None:  # the tower's shape from its config.json: no models/*.gin
         from samtone_jax.checkpoints import hf_bert
 
         folder, max_seq_length = bert
         extra_bindings = hf_bert.model_bindings(folder, max_seq_length)
-        extra = {hf_bert.TOKENIZER: (paths.as_path(folder) / hf_bert.TOKENIZER).read_bytes()}
-    elif not gin_files and (src / run_folders.MODEL_GIN).exists():  # a `samtone export` folder describes its model
-        import json
-
-        gin_text = (src / run_folders.MODEL_GIN).read_text()
-        exported = json.loads((src / run_folders.EXPORT_JSON).read_text())  # keep its lengths for samtone_jax.load
-        extra_bindings = [
-            f"train.query_length = {exported['query_length']}",
-            f"train.doc_length = {exported['doc_length']}",
-        ]
+        extra = {run_folders.TOKENIZER: (paths.as_path(folder) / run_folders.TOKENIZER).read_bytes()}
     if gin_text is not None:
         configurables.parse([], [gin_text, *extra_bindings, *args.gin_bindings, *bindings])
     else:
         configurables.parse(gin_files, extra_bindings + args.gin_bindings + bindings)
     model = gin_utils.model()
     params, info = import_params(args.format, str(src), model, seed=args.seed)
-    vocabulary = src / run_folders.EXPORT_VOCABULARY
-    if vocabulary.exists():
-        extra[run_folders.VOCABULARY] = vocabulary.read_bytes()
+    for name, kept_as in ((run_folders.EXPORT_VOCABULARY, run_folders.VOCABULARY), (run_folders.TOKENIZER,) * 2):
+        if name not in extra and (src / name).exists():  # an export's vocabulary (T5) or tokenizer.json (BERT)
+            extra[kept_as] = (src / name).read_bytes()
     out = save_params(args.dst, params, gin.config_str(), info, overwrite=args.overwrite, extra_files=extra)
     n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     print(

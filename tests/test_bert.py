@@ -269,9 +269,10 @@ def _tiny_wordpiece_bert(folder, texts):
 
 
 @pytest.mark.slow
-def test_a_bert_tower_trains_packed_from_an_import_then_loads_and_evaluates(wordnet_env, tmp_path, capsys):
+def test_a_bert_tower_trains_packed_from_an_import_then_loads_evaluates_and_exports(wordnet_env, tmp_path, capsys):
     """Hugging Face BERT folder -> import-checkpoint -> samtone train (packed, INIT_CHECKPOINT, the
-    tokenizer.json as the vocabulary) -> samtone_jax.load of the run and samtone eval."""
+    tokenizer.json as the vocabulary) -> samtone_jax.load of the run, samtone eval, samtone export
+    (sentence-transformers and hf) and back."""
     import samtone_jax
     from samtone_jax.tasks import catalogue
 
@@ -304,3 +305,19 @@ def test_a_bert_tower_trains_packed_from_an_import_then_loads_and_evaluates(word
     flags = [f"--gin.evaluate.model_dir='{run}'", "--gin.evaluate.task='wordnet_definitions'"]
     assert cli.main(["eval", *flags, "--gin.evaluate.split='all'", "--gin.evaluate.k=10"]) == 0
     assert json.loads((run / "eval" / "wordnet_definitions_all_step2.json").read_text())["metrics"]
+
+    # Export: sentence-transformers loads the BERT pipeline offline and embeds like the run; the hf
+    # export imports back (its tokenizer.json kept) and loads equal.
+    from sentence_transformers import SentenceTransformer
+
+    st, hf_out, back = tmp_path / "st", tmp_path / "hf_export", tmp_path / "back"
+    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--dst={st}"]) == 0
+    theirs = SentenceTransformer(str(st), device="cpu", local_files_only=True).encode_query(texts)
+    np.testing.assert_allclose(np.sum(after.encode_queries(texts) * theirs, axis=1), 1.0, atol=1e-5)
+    assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--dst={hf_out}"]) == 0
+    assert json.loads((hf_out / "config.json").read_text())["model_type"] == "bert"
+    assert cli.main(["import-checkpoint", "--format=hf", f"--src={hf_out}", f"--dst={back}"]) == 0
+    assert (back / "tokenizer.json").exists()
+    np.testing.assert_allclose(
+        samtone_jax.load(str(back)).encode_queries(texts), after.encode_queries(texts), atol=1e-5
+    )

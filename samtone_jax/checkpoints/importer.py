@@ -68,7 +68,8 @@ def import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
     towers, kernels, used_total = {}, {}, 0
     for side in SIDES:
         folder = str(paths.as_path(paths.as_path(src) / info["towers"][side]))  # normalised
-        source = hf.open_source(folder, model.config)
+        open_source = hf_bert.open_source if isinstance(model.config, BertConfig) else hf.open_source
+        source = open_source(folder, model.config)
         towers[side], used = tower_from_source(source, abstract[tree.towers[side]])
         report_unused(source, used)
         used_total += len(used) + 1

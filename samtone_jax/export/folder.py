@@ -34,12 +34,12 @@ MIN_COSINE = 0.9999
 def _write_hf(tmp, encoder, towers, kernels, tokenizer) -> dict:
     from safetensors.numpy import save_file
 
-    from samtone_jax.export.hf_weights import write_t5_encoder
+    from samtone_jax.export.hf_weights import write_encoder
 
     tree = layout(encoder.architecture)
     dirs = {s: "." if tree.shares_tower else tree.towers[s] for s in SIDES}
     for side in tree.tower_sides():
-        write_t5_encoder(towers[side], encoder.model.config, str(paths.as_path(tmp) / dirs[side]))
+        write_encoder(towers[side], encoder.model.config, str(paths.as_path(tmp) / dirs[side]))
     tokenizer.save_pretrained(tmp)
     tensors = {s: "linear.weight" if tree.shares_projection else f"{s}.linear.weight" for s in SIDES}
     save_file(
@@ -54,13 +54,13 @@ def _write_hf(tmp, encoder, towers, kernels, tokenizer) -> dict:
 
 def _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer) -> tuple[dict, object]:
     from samtone_jax.export import sentence_transformers as st
-    from samtone_jax.export.hf_weights import write_t5_encoder
+    from samtone_jax.export.hf_weights import write_encoder
 
     staging = paths.as_path(tmp) / ".towers"
     dirs = {}
     for side in layout(encoder.architecture).tower_sides():
         dirs[side] = str(staging / side)
-        write_t5_encoder(towers[side], encoder.model.config, dirs[side])
+        write_encoder(towers[side], encoder.model.config, dirs[side])
         tokenizer.save_pretrained(dirs[side])
     dirs.setdefault("document", dirs["query"])
     model = st.build(encoder.architecture, dirs, kernels, encoder.query_length, encoder.doc_length, _prompts(encoder))
@@ -146,10 +146,17 @@ def export(
         raise ExistingFileError(f"{dst} already exists; choose another --dst or pass --overwrite")
     hf_logging.disable_progress_bar()
     encoder = inference.load_encoder(checkpoint, step=step, vocabulary=vocabulary)
-    if encoder.vocabulary.sp_model is None:  # seqio loads lazily: fail here, naming the file
+    wordpiece = hasattr(encoder.vocabulary, "tokenizer_json")  # a BERT-family tower's tokenizer.json
+    vocabulary_bytes = encoder.vocabulary.tokenizer_json if wordpiece else encoder.vocabulary.sp_model
+    if vocabulary_bytes is None:  # seqio loads lazily: fail here, naming the file
         raise MissingFileError(f"the vocabulary of {checkpoint} could not be read")
+    vocabulary_file = run_folders.TOKENIZER if wordpiece else run_folders.EXPORT_VOCABULARY
     probes = tokenizer_lib.probe_texts()
-    tokenizer = tokenizer_lib.t5_tokenizer(encoder.vocabulary, max(encoder.query_length, encoder.doc_length))
+    longest = max(encoder.query_length, encoder.doc_length)
+    if wordpiece:
+        tokenizer = tokenizer_lib.bert_tokenizer(encoder.vocabulary, longest)
+    else:
+        tokenizer = tokenizer_lib.t5_tokenizer(encoder.vocabulary, longest)
     prompted = [prompt + text for prompt in set(_prompts(encoder).values()) - {""} for text in probes[:20]]
     for length in {encoder.query_length, encoder.doc_length}:  # and on prompted text, as the export will see it
         tokenizer_lib.check_parity(tokenizer, encoder.vocabulary, probes + prompted, length)
@@ -166,7 +173,7 @@ def export(
             "query_length": encoder.query_length,
             "doc_length": encoder.doc_length,
             "projection_dim": int(kernels["query"].shape[1]),
-            "vocabulary": run_folders.EXPORT_VOCABULARY,
+            "vocabulary": vocabulary_file,
             "extra_ids": int(encoder.vocabulary.extra_ids),
             **({"prompts": _prompts(encoder)} if _prompts(encoder) else {}),
             # trained to serve truncated: SentenceTransformer(DST, truncate_dim=k), samtone eval --dims
@@ -175,7 +182,8 @@ def export(
             "source": {"checkpoint": encoder.source, "step": encoder.step},
         }
         staged = paths.as_path(tmp)  # local; becomes DST as a whole
-        (staged / run_folders.EXPORT_VOCABULARY).write_bytes(encoder.vocabulary.sp_model)
+        if not wordpiece:  # a tokenizer.json is already there: the tokenizer's own save
+            (staged / vocabulary_file).write_bytes(vocabulary_bytes)
         (staged / run_folders.MODEL_GIN).write_text(gin_utils.model_gin(encoder.model))
         (staged / run_folders.EXPORT_JSON).write_text(json.dumps(info, indent=2))
         (staged / run_folders.MODEL_CARD).write_text(

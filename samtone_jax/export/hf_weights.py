@@ -1,8 +1,10 @@
-"""Our T5 tower -> a Hugging Face `T5EncoderModel` folder (config.json + model.safetensors).
+"""Our tower -> a Hugging Face folder (config.json + model.safetensors): a T5 tower as
+`T5EncoderModel`, a BERT tower as `BertModel`.
 
-The name mapping is the importer's (`checkpoints/hf.py::_locate` + `source._stored_shape`) run
-backwards, so export and import cannot drift apart: a tensor goes out under exactly the name and
-layout it would be read back from. Written by transformers' own `save_pretrained`.
+The name mapping is the importer's (`checkpoints/hf.py::_locate` / `checkpoints/hf_bert.py::_locate`
++ `source._stored_shape`) run backwards, so export and import cannot drift apart: a tensor goes out
+under exactly the name and layout it would be read back from. Written by transformers' own
+`save_pretrained`.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from samtone_jax.checkpoints.hf import _locate
+from samtone_jax.checkpoints.hf_bert import _locate as bert_locate
 from samtone_jax.checkpoints.source import _flatten, _stored_shape
 from samtone_jax.errors import BadValueError
-from samtone_jax.models import T5Config
+from samtone_jax.models import BertConfig, T5Config
 
 _FEED_FORWARD = {("relu",): "relu", ("gelu", "linear"): "gated-gelu"}
 
@@ -44,30 +47,57 @@ def hf_config(config: T5Config):
     )
 
 
-def hf_state_dict(tower: dict) -> dict[str, np.ndarray]:
-    """{HF T5EncoderModel name: float32 array} for our tower tree."""
+def hf_state_dict(tower: dict, locate=_locate, every_name: bool = True) -> dict[str, np.ndarray]:
+    """{Hugging Face name: float32 array} for our tower tree: under every candidate name `locate`
+    gives (T5: the shared embedding's two names), or only the first (BERT: BertModel's own names)."""
     out = {}
     for path, value in _flatten(tower).items():
-        names, transposed = _locate(path)
+        names, transposed = locate(path)
         value = np.asarray(value, np.float32).reshape(_stored_shape(path, value.shape, False))
         if transposed:
             value = value.T
-        for name in names:
+        for name in names if every_name else names[:1]:
             out[name] = np.array(value, dtype=np.float32, order="C")  # a writable copy for torch
     return out
 
 
-def write_t5_encoder(tower: dict, config: T5Config, folder: str) -> None:
-    """A T5EncoderModel folder at `folder` holding `tower` (checked: every weight set, none left over)."""
+def bert_hf_config(config: BertConfig):
+    """transformers.BertConfig of an encoder with our BertConfig's shape."""
+    import transformers
+
+    return transformers.BertConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.emb_dim,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        intermediate_size=config.mlp_dim,
+        max_position_embeddings=config.max_length,
+        type_vocab_size=config.type_vocab_size,
+        layer_norm_eps=config.layer_norm_epsilon,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+
+
+def write_encoder(tower: dict, config: T5Config | BertConfig, folder: str) -> None:
+    """A T5EncoderModel or BertModel folder at `folder` holding `tower` (checked: every weight set,
+    none left over; a BERT tower's unused pooler is written as zeros, so loaders warn of nothing)."""
     import torch
     import transformers
 
-    model = transformers.T5EncoderModel(hf_config(config))
-    state = {k: torch.from_numpy(v) for k, v in hf_state_dict(tower).items()}
+    if isinstance(config, BertConfig):
+        model = transformers.BertModel(bert_hf_config(config))
+        state = hf_state_dict(tower, bert_locate, every_name=False)
+        state |= {k: np.zeros(v.shape, np.float32) for k, v in model.state_dict().items() if k.startswith("pooler.")}
+    else:
+        model = transformers.T5EncoderModel(hf_config(config))
+        state = hf_state_dict(tower)
+    state = {k: torch.from_numpy(v) for k, v in state.items()}
     expected = set(model.state_dict())
     if set(state) != expected:
         raise BadValueError(
-            f"tower does not match T5EncoderModel: missing {sorted(expected - set(state))[:5]}, "
+            f"tower does not match {type(model).__name__}: missing {sorted(expected - set(state))[:5]}, "
             f"unexpected {sorted(set(state) - expected)[:5]}"
         )
     model.load_state_dict(state, strict=True)

@@ -55,22 +55,34 @@ def model_card(
 ) -> str:
     settings = run_settings(run_dir)
     loss = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("contrastive_loss.")}
+    bert = not hasattr(config, "mlp_activations")  # a BERT-family tower (models/bert.py)
+    if bert:
+        tower = (
+            f"- Tower: BERT encoder, hidden {config.emb_dim}, {config.num_layers} layers, {config.num_heads} heads × "
+            f"{config.head_dim}, intermediate {config.mlp_dim} (GELU), {config.max_length} positions, "
+            f"vocabulary {config.vocab_size} (WordPiece, tokenizer.json)."
+        )
+    else:
+        tower = (
+            f"- Tower: T5.1.1 encoder, d_model {config.emb_dim}, {config.num_layers} layers, {config.num_heads} heads "
+            f"× {config.head_dim}, d_ff {config.mlp_dim} ({'/'.join(config.mlp_activations)}), "
+            f"vocabulary {config.vocab_size}."
+        )
     lines = [
         "---",
         "library_name: sentence-transformers" if fmt == "sentence-transformers" else "library_name: transformers",
-        "tags: [sentence-transformers, feature-extraction, dense-retrieval, t5, samtone]",
+        f"tags: [sentence-transformers, feature-extraction, dense-retrieval, {'bert' if bert else 't5'}, samtone]",
         "---",
-        f"# Dual encoder ({architecture.upper()}, T5.1.1 towers) trained with samtone_jax",
+        f"# Dual encoder ({architecture.upper()}, {'BERT' if bert else 'T5.1.1'} towers) trained with samtone_jax",
         "",
         "## Model",
         f"- Architecture: `{architecture}` (sde: one shared tower and projection; ade: two towers and projections; "
         "ade_spl: two towers, one shared projection).",
-        f"- Tower: T5.1.1 encoder, d_model {config.emb_dim}, {config.num_layers} layers, {config.num_heads} heads × "
-        f"{config.head_dim}, d_ff {config.mlp_dim} ({'/'.join(config.mlp_activations)}), "
-        f"vocabulary {config.vocab_size}.",
+        tower,
         f"- Embedding: mean over non-padding tokens -> bias-free projection to {projection_dim} -> L2 normalisation "
         "(cosine similarity = dot product).",
-        f"- Inputs: queries truncated to {query_length} tokens, documents to {doc_length} (EOS kept).",
+        f"- Inputs: queries truncated to {query_length} tokens, documents to {doc_length} "
+        f"({'[CLS] and [SEP]' if bert else 'EOS'} kept).",
         *(
             [
                 f"- Matryoshka: trained to serve its first {', '.join(map(str, matryoshka_dims))} dimensions alone "

@@ -49,8 +49,22 @@ def t5_tokenizer(vocabulary, max_length: int):
     )
 
 
+def bert_tokenizer(vocabulary, max_length: int):
+    """transformers' fast BERT tokenizer over a BERT-family tower's own tokenizer.json (the same
+    Rust tokenizer; checked against ours on the probe texts like the T5 one)."""
+    import tempfile
+
+    from transformers import BertTokenizerFast
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        f.write(vocabulary.tokenizer_json)
+        f.flush()
+        return BertTokenizerFast(tokenizer_file=f.name, model_max_length=max_length)
+
+
 def check_parity(tokenizer, vocabulary, texts: list[str], length: int) -> None:
-    """ValueError naming the first text whose ids (truncated to `length` with EOS kept) differ."""
+    """ValueError naming the first text whose ids (truncated to `length`, the special tokens kept)
+    differ."""
     from samtone_jax.data.sentencepiece_tokens import tokenize_texts
 
     ours, _ = tokenize_texts(vocabulary, texts, length)
@@ -59,6 +73,6 @@ def check_parity(tokenizer, vocabulary, texts: list[str], length: int) -> None:
         a = [int(x) for x in a if x != 0]
         if a != list(b):
             raise BadValueError(
-                f"the converted tokenizer disagrees with the SentencePiece vocabulary on {text!r}: "
+                f"the converted tokenizer disagrees with the vocabulary on {text!r}: "
                 f"ours {a[:12]}, transformers {list(b)[:12]}; the export was not written"
             )
