@@ -321,3 +321,47 @@ def test_a_bert_tower_trains_packed_from_an_import_then_loads_evaluates_and_expo
     np.testing.assert_allclose(
         samtone_jax.load(str(back)).encode_queries(texts), after.encode_queries(texts), atol=1e-5
     )
+
+
+@pytest.mark.slow
+def test_a_bert_step_under_fsdp_on_eight_devices_equals_one_device():
+    """The train step of a BERT ADE-SPL (loss, updated parameters) on 1 device = on 8 under
+    partitioning.FSDP_RULES, where the BERT tower's parameters (biases and LayerNorms included) are
+    split over the data devices."""
+    import optax
+
+    from samtone_jax import configurables, partitioning, train
+
+    if jax.device_count() < 8:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    configurables.parse(["losses/samtone_both.gin"], ["TEMPERATURE = 0.05"])
+    config = BertConfig(vocab_size=99, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=48, num_layers=2, max_length=16)
+    model = DualEncoder(config, "ade_spl", projection_dim=16, identical_tower_init=False)
+    rng = np.random.default_rng(5)
+    batch = {
+        "query_tokens": _random_tokens(rng, 16, 8, 99, rng.integers(2, 9, 16)),
+        "doc_tokens": _random_tokens(rng, 16, 12, 99, rng.integers(2, 13, 16)),
+        "query_id": np.arange(16, dtype=np.int32) % 12,  # duplicates: masked
+        "doc_id": np.arange(16, dtype=np.int32) + 100,
+    }
+
+    def one_step(mesh, rules):
+        # SGD of rate 1: the new parameters are params − gradient, so the gradients themselves are compared
+        # (Adafactor would turn the key biases' zero gradients — softmax ignores them — into ±lr·1e-3 by sign).
+        tx = optax.sgd(1.0)
+        state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None, rules=rules)
+        step = jax.jit(train.make_train_step(model, tx, lambda _: 1.0, mesh, None, gin_utils.contrastive_loss))
+        with partitioning.activation_sharding(mesh, rules):
+            new_state, metrics = step(state, partitioning.host_to_global(mesh, batch))
+        return state, jax.device_get(new_state["params"]), jax.device_get(metrics)
+
+    _, params_1, metrics_1 = one_step(partitioning.create_mesh(devices=jax.devices()[:1]), partitioning.DEFAULT_RULES)
+    state, params_8, metrics_8 = one_step(partitioning.create_mesh(), partitioning.FSDP_RULES)
+    tower = state["params"]["query_encoder"]
+    assert tower["embedding_layer_norm"]["bias"].addressable_shards[0].data.shape == (32 // 8,)
+    assert tower["layers_0"]["wo_kernel"].addressable_shards[0].data.shape == (48, 32 // 8)  # [mlp, embed]
+    assert metrics_1["masked_fraction"] > 0
+    np.testing.assert_allclose(metrics_8["loss"], metrics_1["loss"], rtol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(params_8), jax.tree_util.tree_leaves(params_1), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    configurables.parse([], [])
