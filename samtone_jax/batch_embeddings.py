@@ -18,6 +18,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from samtone_jax.models.layer_stack import has_dropout
+
 # Each kind of input draws its dropout keys from its own stream: fold_in(step key, DROPOUT_STREAM[side]).
 DROPOUT_STREAM = {"query": 0, "document": 1, "negative": 2}
 
@@ -57,7 +59,7 @@ def embed(model, params, arrays: tuple, side: str, rng, index=None, max_segments
                 variables, *x, encoder_side, max_segments, deterministic, method=model.encode_packed, **rngs
             )
 
-    if rng is None or model.config.dropout_rate == 0.0:
+    if rng is None or not has_dropout(model.config):
         return apply(arrays, True)
     n = arrays[0].shape[0]
     index = jnp.arange(n) if index is None else index

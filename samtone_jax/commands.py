@@ -40,9 +40,16 @@ def cmd_import_checkpoint(args, bindings) -> int:
         configurables.parse(gin_files, extra_bindings + args.gin_bindings + bindings)
     model = gin_utils.model()
     params, info = import_params(args.format, str(src), model, seed=args.seed)
-    for name, kept_as in ((run_folders.EXPORT_VOCABULARY, run_folders.VOCABULARY), (run_folders.TOKENIZER,) * 2):
-        if name not in extra and (src / name).exists():  # an export's vocabulary (T5) or tokenizer.json (BERT)
-            extra[kept_as] = (src / name).read_bytes()
+    from samtone_jax.models import BertConfig
+
+    # An export's vocabulary: a T5 tower's SentencePiece model, a BERT tower's tokenizer.json.
+    name, kept_as = (
+        (run_folders.TOKENIZER,) * 2
+        if isinstance(model.config, BertConfig)
+        else (run_folders.EXPORT_VOCABULARY, run_folders.VOCABULARY)
+    )
+    if kept_as not in extra and (src / name).exists():
+        extra[kept_as] = (src / name).read_bytes()
     out = save_params(args.dst, params, gin.config_str(), info, overwrite=args.overwrite, extra_files=extra)
     n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     print(
@@ -59,8 +66,9 @@ def _bert_folder(fmt: str, src: str) -> tuple[str, int | None] | None:
     from samtone_jax import paths
     from samtone_jax.checkpoints import hf_bert
 
-    if fmt == "sentence-transformers":
-        folder, max_seq_length = hf_bert.transformer_folder(src)
+    is_sentence_transformers = (paths.as_path(src) / "modules.json").exists()
+    if fmt == "sentence-transformers" or (fmt == "hf" and is_sentence_transformers and hf_bert.is_bert_folder(src)):
+        folder, max_seq_length = hf_bert.transformer_folder(src)  # its pooling checked, its lengths kept
     elif fmt == "hf" and hf_bert.is_bert_folder(src):
         folder, max_seq_length = src, None
     else:

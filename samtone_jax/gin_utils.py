@@ -166,7 +166,8 @@ def model() -> _DualEncoder:
     if not bound:
         raise BadValueError(
             "no T5Config.* binding: the gin config names no model size; include one of gin_configs/models/*.gin "
-            "(e.g. --gin_file=models/t5_1_1_base.gin) before the run's gin file"
+            "(e.g. --gin_file=models/t5_1_1_base.gin) before the run's gin file, or for a BERT-family tower the "
+            "model.gin of its import (samtone import-checkpoint)"
         )
     if len(bound) > 1:
         raise BadValueError(

@@ -24,6 +24,7 @@ from samtone_jax import paths, run_folders
 from samtone_jax.atomic_file import require_complete
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.models import BertConfig
 from samtone_jax.text_embedder import TextEmbedder
 
 
@@ -128,14 +129,14 @@ def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
     )
 
 
-def _vocabulary_path(directory: str, explicit: str | None, settings: dict) -> str | None:
+def _vocabulary_path(directory: str, explicit: str | None, settings: dict, bert: bool) -> str | None:
+    """The vocabulary file of a run or parameter checkpoint: a BERT tower's tokenizer.json, a T5
+    tower's SentencePiece model (DIR's copy, else the run's train.vocabulary, else T5's public one)."""
     if explicit:
         return explicit
-    for name in (run_folders.VOCABULARY, run_folders.TOKENIZER):  # SentencePiece, or a BERT tower's tokenizer
-        local = paths.as_path(directory) / name
-        if local.exists():
-            return str(local)
-    local = paths.as_path(directory) / run_folders.VOCABULARY
+    local = paths.as_path(directory) / (run_folders.TOKENIZER if bert else run_folders.VOCABULARY)
+    if local.exists():
+        return str(local)
     named = settings.get("train.vocabulary")
     if named and not paths.as_path(named).exists():
         raise MissingFileError(
@@ -192,7 +193,8 @@ def load_encoder(
         params = load_params(directory)
     model = gin_utils.model_from_gin_text(text)
     settings = gin_utils.read_bindings(text)
-    vocabulary = _vocabulary_path(directory, vocabulary, settings)
+    vocabulary = _vocabulary_path(directory, vocabulary, settings, isinstance(model.config, BertConfig))
+    vocab_lib.check_fits(vocabulary, model.config, "the vocabulary")
     query_length = query_length or settings.get("train.query_length", 64)
     doc_length = doc_length or settings.get("train.doc_length", 128)
     from samtone_jax.tasks.prompts import prompt_of

@@ -365,3 +365,71 @@ def test_a_bert_step_under_fsdp_on_eight_devices_equals_one_device():
     for a, b in zip(jax.tree_util.tree_leaves(params_8), jax.tree_util.tree_leaves(params_1), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     configurables.parse([], [])
+
+
+def test_sentence_transformers_6_pooling_configs_and_what_is_refused(tmp_path):
+    """sentence-transformers ≥ 6 writes {"pooling_mode": "mean"} (earlier: pooling_mode_mean_tokens);
+    both import. CLS pooling, pooling without the prompt and do_lower_case are refused, naming them."""
+    st = tmp_path / "st"
+    shutil.copytree(_minilm(), st)
+    pooling = st / "1_Pooling" / "config.json"
+    for config, refused in (
+        ({"embedding_dimension": 384, "pooling_mode": "mean", "include_prompt": True}, None),
+        ({"embedding_dimension": 384, "pooling_mode": ["mean"]}, None),
+        ({"embedding_dimension": 384, "pooling_mode": "cls"}, r"pooling \['cls'\]"),
+        ({"embedding_dimension": 384, "pooling_mode": "mean", "include_prompt": False}, "include_prompt False"),
+    ):
+        pooling.write_text(json.dumps(config))
+        if refused is None:
+            assert hf_bert.transformer_folder(str(st)) == (str(st), 256)
+        else:
+            with pytest.raises(CheckpointMismatchError, match=refused):
+                hf_bert.transformer_folder(str(st))
+    pooling.write_text(json.dumps({"pooling_mode": "mean"}))
+    (st / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": True}))
+    with pytest.raises(CheckpointMismatchError, match="do_lower_case true"):
+        hf_bert.transformer_folder(str(st))
+
+
+def test_a_vocabulary_must_be_the_towers_kind_and_fit_its_embedding(tmp_path):
+    from samtone_jax.data import vocab as vocab_lib
+    from samtone_jax.models import T5Config
+
+    tokenizer = os.path.join(_minilm(), "tokenizer.json")
+    bert = BertConfig(vocab_size=30522, emb_dim=32, num_heads=4, head_dim=8)
+    vocab_lib.check_fits(tokenizer, bert, "train.vocabulary")  # MiniLM's own: fits
+    with pytest.raises(ValueError, match="a BERT-family tower reads its tokenizer.json"):
+        vocab_lib.check_fits(str(tmp_path / "vocab.model"), bert, "train.vocabulary")
+    with pytest.raises(ValueError, match="has 30522 ids but the tower embeds 1000"):
+        vocab_lib.check_fits(tokenizer, BertConfig(vocab_size=1000, emb_dim=32, num_heads=4, head_dim=8), "x")
+    with pytest.raises(ValueError, match="a T5 tower reads a SentencePiece model"):
+        vocab_lib.check_fits(tokenizer, T5Config(), "train.vocabulary")
+    with pytest.raises(ValueError, match="num_heads × head_dim = 4 × 4 must equal emb_dim = 32"):
+        BertConfig(emb_dim=32, num_heads=4, head_dim=4)
+
+
+@pytest.mark.slow
+def test_a_two_tower_bert_export_keeps_its_tokenizer_at_the_root(tiny_bert_folder, tmp_path):
+    """ADE: sentence-transformers puts each tower's tokenizer in its Router subfolder; the export also
+    keeps the model's tokenizer.json at its root, so samtone_jax.load and import-checkpoint read it."""
+    import samtone_jax
+
+    folder, _ = tiny_bert_folder
+    hf = tmp_path / "hf"
+    shutil.copytree(folder, hf)
+    shutil.copy(os.path.join(_minilm(), "tokenizer.json"), hf / "tokenizer.json")  # 30,522 ids > 99: refused
+    init, st = tmp_path / "init", tmp_path / "st"
+    args = ["import-checkpoint", "--format=hf", f"--src={hf}", f"--dst={init}", "--gin.DualEncoder.architecture='ade'"]
+    assert cli.main(args) == 0
+    with pytest.raises(ValueError, match="has 30522 ids but the tower embeds 99"):
+        samtone_jax.load(str(init))
+    tiny = _tiny_wordpiece_bert(tmp_path / "tiny", ["a small dog barked", "the act of running quickly"] * 50)
+    args[2:4] = [f"--src={tiny}", f"--dst={tmp_path / 'init2'}"]
+    assert cli.main(args) == 0
+    assert (
+        cli.main(["export", f"--checkpoint={tmp_path / 'init2'}", "--format=sentence-transformers", f"--dst={st}"]) == 0
+    )
+    assert (st / "tokenizer.json").read_bytes() == (tiny / "tokenizer.json").read_bytes()
+    texts = ["a small dog", "running"]
+    ours, exported = samtone_jax.load(str(tmp_path / "init2")), samtone_jax.load(str(st))
+    np.testing.assert_allclose(exported.encode_documents(texts), ours.encode_documents(texts), atol=1e-5)

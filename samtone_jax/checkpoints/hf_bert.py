@@ -56,17 +56,35 @@ def transformer_folder(folder: str) -> tuple[str, int | None]:
         )
     pooling = modules[kinds.index("Pooling")]
     pooling_config = _json(root / pooling["path"] / "config.json", "the Pooling module's config")
-    modes = sorted(
-        k.removeprefix("pooling_mode_") for k, v in pooling_config.items() if k.startswith("pooling_mode_") and v
-    )
-    if modes != ["mean_tokens"]:
+    if "pooling_mode" in pooling_config:  # sentence-transformers ≥ 6: {"pooling_mode": "mean" | [...], ...}
+        mode = pooling_config["pooling_mode"]
+        modes = sorted([mode] if isinstance(mode, str) else mode)
+        modes = ["mean_tokens" if m == "mean" else m for m in modes]
+    else:  # earlier versions: one pooling_mode_<name> flag each
+        modes = sorted(
+            k.removeprefix("pooling_mode_") for k, v in pooling_config.items() if k.startswith("pooling_mode_") and v
+        )
+    if modes != ["mean_tokens"] or pooling_config.get("include_prompt", True) is False:
         raise CheckpointMismatchError(
-            f"{folder}: pooling {modes}; our towers mean-pool over the tokens (pooling_mode_mean_tokens only)"
+            f"{folder}: pooling {modes} (include_prompt {pooling_config.get('include_prompt', True)}); our towers "
+            "mean-pool over every token of the text, prompt included"
         )
     transformer = root / modules[0]["path"] if modules[0]["path"] else root
-    settings = transformer / "sentence_bert_config.json"
-    max_seq_length = json.loads(settings.read_text()).get("max_seq_length") if settings.exists() else None
+    settings_file = transformer / "sentence_bert_config.json"
+    settings = json.loads(settings_file.read_text()) if settings_file.exists() else {}
+    if settings.get("do_lower_case"):
+        raise CheckpointMismatchError(
+            f"{settings_file}: do_lower_case true lower-cases text before its tokenizer, which the import would not do"
+        )
+    max_seq_length = settings.get("max_seq_length") or _tokenizer_max_length(transformer)
     return str(transformer), max_seq_length
+
+
+def _tokenizer_max_length(folder) -> int | None:
+    """tokenizer_config.json's model_max_length, when it is a real limit (not transformers' 1e30)."""
+    config = folder / "tokenizer_config.json"
+    length = json.loads(config.read_text()).get("model_max_length") if config.exists() else None
+    return int(length) if isinstance(length, (int, float)) and length < 1e6 else None
 
 
 def bert_config(folder: str) -> BertConfig:
@@ -103,6 +121,8 @@ def bert_config(folder: str) -> BertConfig:
         max_length=hf["max_position_embeddings"],
         type_vocab_size=hf.get("type_vocab_size", 2),
         layer_norm_epsilon=hf.get("layer_norm_eps", 1e-12),
+        dropout_rate=hf.get("hidden_dropout_prob", 0.1),
+        attention_dropout_rate=hf.get("attention_probs_dropout_prob", 0.1),
     )
 
 
@@ -110,11 +130,12 @@ def model_bindings(folder: str, max_seq_length: int | None = None) -> list[str]:
     """Gin bindings of a DualEncoder over the BERT tower of `folder`: BertConfig.* from its
     config.json, an identity-initialised projection (the import embeds as the source does), and
     train.query_length / train.doc_length = the source's max_seq_length (else 256, capped by the
-    positions) for samtone_jax.load."""
+    positions) for samtone_jax.load. The dropout rates are the source's (hidden_dropout_prob,
+    attention_probs_dropout_prob: 0.1 for BERT), as fine-tuning it in sentence-transformers would use."""
     config = bert_config(folder)
     length = min(max_seq_length or 256, config.max_length)
     fields = ("vocab_size", "emb_dim", "num_heads", "num_layers", "head_dim", "mlp_dim", "max_length")
-    fields += ("type_vocab_size", "layer_norm_epsilon")
+    fields += ("type_vocab_size", "layer_norm_epsilon", "dropout_rate", "attention_dropout_rate")
     return [f"BertConfig.{name} = {getattr(config, name)!r}" for name in fields] + [
         "DualEncoder.projection_init = 'identity'",
         f"train.query_length = {length}",

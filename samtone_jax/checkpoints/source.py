@@ -86,7 +86,7 @@ def _missing_hint(path: Path, source: Source) -> str:
         return "the source has gated `wi_0`/`wi_1` (T5.1.1): set T5Config.mlp_activations = ('gelu', 'linear')"
     m = re.fullmatch(r"layers_(\d+)", path[0])
     if m:
-        return f"the source has fewer than {int(m.group(1)) + 1} encoder layers: lower T5Config.num_layers"
+        return f"the source has fewer than {int(m.group(1)) + 1} encoder layers: lower {source.config_name}.num_layers"
     return "check that --format matches the checkpoint"
 
 

@@ -81,6 +81,8 @@ def tokens_of(vocabulary):
     SentencePieceTokens of the same model file and extra ids."""
     if hasattr(vocabulary, "tokenize_batch"):
         return vocabulary
+    if hasattr(vocabulary, "tokenizer_json_file"):  # data/vocab.WordPieceVocabulary (seqio's, for tf.data)
+        return vocabulary.tokens
     return _shared(vocabulary.sentencepiece_model_file, vocabulary.extra_ids)
 
 

@@ -42,6 +42,23 @@ def vocabulary(path: str | None = None, extra_ids: int | None = None):
     return _vocabulary_class()(path, extra_ids=extra_ids)
 
 
+def check_fits(path: str | None, config, what: str) -> None:
+    """Refuse a vocabulary that is not the tower's kind (a BERT tower reads a tokenizer.json, a T5
+    tower a SentencePiece model) or that has more ids than the tower's embedding (out-of-range ids
+    embed as NaN). `what` names the setting (e.g. 'train.vocabulary')."""
+    bert = type(config).__name__ == "BertConfig"
+    if bert != is_wordpiece(path):
+        raise BadValueError(
+            f"{what}={path!r}: a {'BERT-family' if bert else 'T5'} tower reads "
+            f"{'its tokenizer.json (the import keeps one: PARAMS/tokenizer.json)' if bert else 'a SentencePiece model'}"
+        )
+    if bert and tokens(path).vocab_size > config.vocab_size:
+        raise BadValueError(
+            f"{what}={path!r} has {tokens(path).vocab_size} ids but the tower embeds {config.vocab_size} "
+            "(BertConfig.vocab_size): use the model's own tokenizer.json"
+        )
+
+
 def special_ids(path: str | None) -> tuple[int | None, int]:
     """(the id every input starts with, or None; the id that ends it) for the vocabulary at `path`:
     T5 (None, EOS 1); a BERT-family tokenizer.json ([CLS], [SEP])."""
@@ -63,7 +80,7 @@ def _wordpiece_vocabulary_class():
         tf.data through tf.numpy_function): a scalar text -> [n] int32 ids, a vector -> ragged."""
 
         def __init__(self, path: str):
-            self._tokens = WordPieceTokens(path)
+            self._tokens = self.tokens = WordPieceTokens(path)  # `tokens`: the same ids outside tf.data
             self.tokenizer_json_file = str(path)
             super().__init__(extra_ids=0)
 

@@ -182,7 +182,7 @@ def export(
             "source": {"checkpoint": encoder.source, "step": encoder.step},
         }
         staged = paths.as_path(tmp)  # local; becomes DST as a whole
-        if not wordpiece:  # a tokenizer.json is already there: the tokenizer's own save
+        if not (staged / vocabulary_file).exists():  # (an SDE's tokenizer save already put tokenizer.json there)
             (staged / vocabulary_file).write_bytes(vocabulary_bytes)
         (staged / run_folders.MODEL_GIN).write_text(gin_utils.model_gin(encoder.model))
         (staged / run_folders.EXPORT_JSON).write_text(json.dumps(info, indent=2))

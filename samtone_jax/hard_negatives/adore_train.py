@@ -238,7 +238,10 @@ def train_adore(
     config = _config_text(model, source, task, batch_size, train_steps, k, metric_cut, temperature)
     with loop.run_directory(model_dir, model, schedule, config) as model_dir:
         if jax.process_index() == 0:
-            write_atomic(model_dir / run_folders.VOCABULARY, source.vocabulary.sp_model)
+            if hasattr(source.vocabulary, "tokenizer_json"):  # a BERT-family tower's tokenizer
+                write_atomic(model_dir / run_folders.TOKENIZER, source.vocabulary.tokenizer_json)
+            else:
+                write_atomic(model_dir / run_folders.VOCABULARY, source.vocabulary.sp_model)
         ids, embeddings = embed(source, collection.corpus, "document", str(model_dir / "index"))
         if ids != doc_ids:
             raise BadValueError(f"{model_dir / 'index'} holds other documents than {task}/{split}: delete it")

@@ -71,6 +71,11 @@ class BertConfig:
         for name in ("dropout_rate", "attention_dropout_rate"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise BadValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.num_heads * self.head_dim != self.emb_dim:
+            raise BadValueError(
+                f"BertConfig.num_heads × head_dim = {self.num_heads} × {self.head_dim} must equal emb_dim = "
+                f"{self.emb_dim} (BERT's attention output is hidden_size wide)"
+            )
         for name in ("dtype", "param_dtype"):
             jnp.dtype(getattr(self, name))  # raises TypeError naming the bad dtype
 
@@ -124,7 +129,7 @@ class EncoderLayer(nn.Module):
     def __call__(self, x, bias, deterministic: bool):
         cfg = self.config
         dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
-        drop = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))
+        drop = nn.Dropout(cfg.dropout_rate)  # per element, as Hugging Face's BERT
         norm = dict(epsilon=cfg.layer_norm_epsilon, dtype=cfg.dtype, param_dtype=cfg.param_dtype)
         y = SelfAttention(cfg, name="attention")(x, bias, deterministic)
         x = LayerNorm(name="attention_layer_norm", **norm)(x + drop(y, deterministic=deterministic))
@@ -181,6 +186,6 @@ class BertEncoder(nn.Module):
         )
         x = x + types[0].astype(jnp.float32)  # one text per input: token type 0 everywhere
         x = LayerNorm(cfg.layer_norm_epsilon, cfg.dtype, cfg.param_dtype, name="embedding_layer_norm")(x)
-        x = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))(x, deterministic=deterministic)
+        x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
         bias = jnp.where(masked, jnp.float32(-1e10), jnp.float32(0.0))
         return apply_layers(self, EncoderLayer, cfg, x.astype(dtype), bias, deterministic)

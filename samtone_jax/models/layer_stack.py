@@ -31,7 +31,7 @@ def _scanned(tower: nn.Module, layer_cls, config, x, bias, deterministic: bool):
     stacked = jax.tree_util.tree_map(
         lambda *p: jnp.stack(p), *[params[f"layers_{i}"] for i in range(config.num_layers)]
     )
-    key = None if deterministic or not _has_dropout(config) else tower.make_rng("dropout")
+    key = None if deterministic or not has_dropout(config) else tower.make_rng("dropout")
     layer = layer_cls(config, parent=None)
 
     def body(x, inputs):
@@ -45,5 +45,6 @@ def _scanned(tower: nn.Module, layer_cls, config, x, bias, deterministic: bool):
     return x
 
 
-def _has_dropout(config) -> bool:
+def has_dropout(config) -> bool:
+    """Whether any dropout of `config` is on (T5: dropout_rate; BERT: also attention_dropout_rate)."""
     return bool(config.dropout_rate or getattr(config, "attention_dropout_rate", 0.0))
