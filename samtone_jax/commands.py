@@ -14,14 +14,14 @@ def cmd_import_checkpoint(args, bindings) -> int:
     import jax
 
     from samtone_jax import configurables, gin_utils, paths, run_folders
-    from samtone_jax.checkpoints import import_params, save_params
+    from samtone_jax.checkpoints import hf_bert, import_params, save_params
 
     paths.check_bucket(args.dst, "--dst")
     src = paths.as_path(args.src)
     gin_files, gin_text = args.gin_file, None
     extra_bindings, extra = [], {}
     exported = (src / run_folders.EXPORT_JSON).exists() and (src / run_folders.MODEL_GIN).exists()
-    bert = None if exported else _bert_folder(args.format, str(src))
+    bert = None if exported else hf_bert.bert_folder(args.format, str(src))
     if not gin_files and exported:  # a `samtone export` folder describes its model
         import json
 
@@ -29,8 +29,6 @@ def cmd_import_checkpoint(args, bindings) -> int:
         info = json.loads((src / run_folders.EXPORT_JSON).read_text())  # keep its lengths for samtone_jax.load
         extra_bindings = [f"train.query_length = {info['query_length']}", f"train.doc_length = {info['doc_length']}"]
     elif bert is not None:  # the tower's shape from its config.json: no models/*.gin
-        from samtone_jax.checkpoints import hf_bert
-
         folder, max_seq_length = bert
         extra_bindings = hf_bert.model_bindings(folder, max_seq_length)
         extra = {run_folders.TOKENIZER: (paths.as_path(folder) / run_folders.TOKENIZER).read_bytes()}
@@ -58,24 +56,6 @@ def cmd_import_checkpoint(args, bindings) -> int:
         f"{len(info['unused_variables'])} source variables unused (listed in {out}/info.json)"
     )
     return 0
-
-
-def _bert_folder(fmt: str, src: str) -> tuple[str, int | None] | None:
-    """(the Hugging Face BERT folder, sentence-transformers' max_seq_length) of an import from a
-    sentence-transformers folder or a Hugging Face BERT folder; None for a T5 import."""
-    from samtone_jax import paths
-    from samtone_jax.checkpoints import hf_bert
-
-    is_sentence_transformers = (paths.as_path(src) / "modules.json").exists()
-    if fmt == "sentence-transformers" or (fmt == "hf" and is_sentence_transformers and hf_bert.is_bert_folder(src)):
-        folder, max_seq_length = hf_bert.transformer_folder(src)  # its pooling checked, its lengths kept
-    elif fmt == "hf" and hf_bert.is_bert_folder(src):
-        folder, max_seq_length = src, None
-    else:
-        return None
-    if not (paths.as_path(folder) / hf_bert.TOKENIZER).exists():
-        raise MissingFileError(f"{folder}/{hf_bert.TOKENIZER} is missing: a BERT-family import needs its tokenizer")
-    return folder, max_seq_length
 
 
 def _init_distributed(args) -> None:

@@ -337,7 +337,6 @@ def fit(
 
     inputs.check_mesh(mesh)
     vocab_lib.check_fits(inputs.spec.vocabulary, model.config, "train.vocabulary")  # before MODEL_DIR is written
-    vocab_lib.special_ids(inputs.spec.vocabulary)  # a tokenizer.json is read and checked here too
     tx, lr_schedule = optimizer.adafactor(train_steps=schedule.train_steps)
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if jax.process_index() == 0:

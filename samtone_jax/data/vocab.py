@@ -45,18 +45,22 @@ def vocabulary(path: str | None = None, extra_ids: int | None = None):
 def check_fits(path: str | None, config, what: str) -> None:
     """Refuse a vocabulary that is not the tower's kind (a BERT tower reads a tokenizer.json, a T5
     tower a SentencePiece model) or that has more ids than the tower's embedding (out-of-range ids
-    embed as NaN). `what` names the setting (e.g. 'train.vocabulary')."""
+    embed as NaN); a tokenizer.json is read and its special tokens checked. `what` names the setting
+    (e.g. 'train.vocabulary')."""
     bert = type(config).__name__ == "BertConfig"
     if bert != is_wordpiece(path):
         raise BadValueError(
             f"{what}={path!r}: a {'BERT-family' if bert else 'T5'} tower reads "
             f"{'its tokenizer.json (the import keeps one: PARAMS/tokenizer.json)' if bert else 'a SentencePiece model'}"
         )
-    if bert and tokens(path).vocab_size > config.vocab_size:
-        raise BadValueError(
-            f"{what}={path!r} has {tokens(path).vocab_size} ids but the tower embeds {config.vocab_size} "
-            "(BertConfig.vocab_size): use the model's own tokenizer.json"
-        )
+    if bert:
+        wordpiece = tokens(path)
+        wordpiece.start_end_ids  # noqa: B018  (a tokenizer without [CLS] … [SEP] around a text is refused)
+        if wordpiece.vocab_size > config.vocab_size:
+            raise BadValueError(
+                f"{what}={path!r} has {wordpiece.vocab_size} ids but the tower embeds {config.vocab_size} "
+                "(BertConfig.vocab_size): use the model's own tokenizer.json"
+            )
 
 
 def special_ids(path: str | None) -> tuple[int | None, int]:

@@ -3,9 +3,9 @@ the `tokenizers` library alone (no TensorFlow, no transformers).
 
 A text becomes what sentence-transformers feeds the model: the tokenizer's own normaliser and
 pre-tokeniser (BERT: clean-up, lower case, accents stripped, CJK characters split), WordPiece, then
-its post-processor's special tokens ([CLS] … [SEP]), truncated to `length` ids *including* them
-(the Rust library's own truncation, as `tokenizer(texts, truncation=True, max_length=length)`),
-then [PAD] (id 0, the towers' padding id) to `length`. Tested equal to transformers' tokenizer on
+its post-processor's special tokens ([CLS] … [SEP]) around it, truncated to `length` ids *including*
+them (as `tokenizer(texts, truncation=True, max_length=length)`), then [PAD] (id 0, the towers'
+padding id) to `length`. Tested equal to transformers' tokenizer on
 real texts (tests/test_bert.py).
 """
 
@@ -52,6 +52,7 @@ class WordPieceTokens:
                 "(a BERT-family WordPiece vocabulary is expected)"
             )
         tokenizer.no_padding()
+        tokenizer.no_truncation()  # tokenize_batch truncates; the pipeline's ids are never cut here
         return tokenizer
 
     @property
@@ -72,34 +73,24 @@ class WordPieceTokens:
 
     def encode(self, text: str) -> list[int]:
         """The ids of `text` without special tokens (never truncated)."""
-        encoding = self._plain.encode(text, add_special_tokens=False)
-        return encoding.ids
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids) -> str:
         return self._tokenizer.decode([int(i) for i in ids])
 
-    @functools.cached_property
-    def _plain(self):
-        """A second instance that never truncates (tokenize_batch sets truncation on the first)."""
-        from tokenizers import Tokenizer
-
-        self._tokenizer  # noqa: B018  (parsed and checked once, with the errors above)
-        tokenizer = Tokenizer.from_str(self.tokenizer_json.decode("utf-8"))
-        tokenizer.no_padding()
-        tokenizer.no_truncation()
-        return tokenizer
-
     def tokenize_batch(self, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
         """([N, length] int32 ids: [CLS] text [SEP] truncated to `length`, then [PAD]; [N] int32 1
-        where the text was truncated)."""
+        where the text was truncated). The text's own ids are cut to length − 2 and wrapped, as the
+        pipeline's feature converter wraps them (one rule for both; the Rust library's truncation of
+        one text does the same)."""
         if length < 2:
             raise BadValueError(f"length {length}: a WordPiece input needs at least [CLS] and [SEP]")
+        start, end = self.start_end_ids
         tokens = np.full((len(texts), length), PAD_ID, np.int32)
         truncated = np.zeros((len(texts),), np.int32)
-        if not texts:
-            return tokens, truncated
-        self._tokenizer.enable_truncation(max_length=length, strategy="longest_first")
-        for row, encoding in enumerate(self._tokenizer.encode_batch(list(texts))):
-            tokens[row, : len(encoding.ids)] = encoding.ids
-            truncated[row] = bool(encoding.overflowing)
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False) if texts else []
+        for row, encoding in enumerate(encodings):
+            ids = [start, *encoding.ids[: length - 2], end]
+            tokens[row, : len(ids)] = ids
+            truncated[row] = len(encoding.ids) > length - 2
         return tokens, truncated

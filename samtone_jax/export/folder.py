@@ -21,6 +21,7 @@ import numpy as np
 
 from samtone_jax import paths, run_folders
 from samtone_jax.atomic_file import atomic_directory
+from samtone_jax.data.wordpiece_tokens import WordPieceTokens
 from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
 from samtone_jax.models.layout import SIDES, layout
 from samtone_jax.version import __version__
@@ -146,7 +147,7 @@ def export(
         raise ExistingFileError(f"{dst} already exists; choose another --dst or pass --overwrite")
     hf_logging.disable_progress_bar()
     encoder = inference.load_encoder(checkpoint, step=step, vocabulary=vocabulary)
-    wordpiece = hasattr(encoder.vocabulary, "tokenizer_json")  # a BERT-family tower's tokenizer.json
+    wordpiece = isinstance(encoder.vocabulary, WordPieceTokens)  # a BERT-family tower's tokenizer.json
     vocabulary_bytes = encoder.vocabulary.tokenizer_json if wordpiece else encoder.vocabulary.sp_model
     if vocabulary_bytes is None:  # seqio loads lazily: fail here, naming the file
         raise MissingFileError(f"the vocabulary of {checkpoint} could not be read")

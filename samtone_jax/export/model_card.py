@@ -7,6 +7,7 @@ import json
 import re
 
 from samtone_jax import paths, run_folders
+from samtone_jax.models import BertConfig
 
 _BINDING = re.compile(r"^([A-Za-z_][\w.]*)\s*=\s*(.+)$")
 
@@ -55,7 +56,7 @@ def model_card(
 ) -> str:
     settings = run_settings(run_dir)
     loss = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("contrastive_loss.")}
-    bert = not hasattr(config, "mlp_activations")  # a BERT-family tower (models/bert.py)
+    bert = isinstance(config, BertConfig)
     if bert:
         tower = (
             f"- Tower: BERT encoder, hidden {config.emb_dim}, {config.num_layers} layers, {config.num_heads} heads × "

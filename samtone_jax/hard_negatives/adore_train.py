@@ -27,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from samtone_jax import gin_utils, loop, partitioning, run_folders
 from samtone_jax.atomic_file import write_atomic
+from samtone_jax.data.wordpiece_tokens import WordPieceTokens
 from samtone_jax.errors import BadValueError
 from samtone_jax.hard_negatives.adore import adore_loss_local
 from samtone_jax.models import DualEncoder, init_params
@@ -238,7 +239,7 @@ def train_adore(
     config = _config_text(model, source, task, batch_size, train_steps, k, metric_cut, temperature)
     with loop.run_directory(model_dir, model, schedule, config) as model_dir:
         if jax.process_index() == 0:
-            if hasattr(source.vocabulary, "tokenizer_json"):  # a BERT-family tower's tokenizer
+            if isinstance(source.vocabulary, WordPieceTokens):  # a BERT-family tower's tokenizer
                 write_atomic(model_dir / run_folders.TOKENIZER, source.vocabulary.tokenizer_json)
             else:
                 write_atomic(model_dir / run_folders.VOCABULARY, source.vocabulary.sp_model)

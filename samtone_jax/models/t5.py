@@ -184,7 +184,7 @@ def attend(query, key, value, bias, dropout_rate: float, deterministic: bool, sc
     float32 (bias [B | 1, H | 1, Lq, Lk]: masks and position bias), dropout on the weights (called
     from a module's compact method), -> [B, L, H, K] in the values' dtype."""
     logits = jnp.einsum("bqhk,bshk->bhqs", query, key).astype(jnp.float32)
-    weights = jax.nn.softmax(logits * scale + bias if scale != 1.0 else logits + bias, axis=-1).astype(value.dtype)
+    weights = jax.nn.softmax(logits * scale + bias, axis=-1).astype(value.dtype)  # · 1.0 is exact (T5)
     weights = nn.Dropout(dropout_rate)(weights, deterministic=deterministic)
     return jnp.einsum("bhqs,bshk->bqhk", weights, value)
 
