@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Install this checkout on every worker: launch/tpu/setup.sh --name=samtone --zone=us-central2-b [--dry-run]
-# Copies a tarball of the repository (git-tracked files), then builds a venv with jax[tpu] on each worker.
+# Packs the working tree (pack.sh: uncommitted edits and new files included, and listed), copies it to
+# every worker, replaces ~/samtone_jax there (logs live in ~/samtone_logs and survive), then runs
+# worker_setup.sh: Python 3.11, the venv ~/samtone_venv from requirements.lock + jax[tpu], kept while
+# the lock is unchanged. Rerun it after a preemption recreated the slice, or after editing code.
 source "$(dirname "$0")/common.sh"
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 TARBALL="/tmp/samtone_jax.tar.gz"
-run git -C "$REPO" archive --format=tar.gz --prefix=samtone_jax/ -o "$TARBALL" HEAD
+run bash "$REPO/launch/tpu/pack.sh" "$TARBALL"
 run gcloud compute tpus tpu-vm scp "$TARBALL" "$NAME:~/" --zone="$ZONE" "${PROJECT_FLAG[@]}" --worker=all
-on_workers all "rm -rf samtone_jax && tar xzf samtone_jax.tar.gz && cd samtone_jax && python3 -m venv .venv && \
-.venv/bin/pip install -q --upgrade pip && .venv/bin/pip install -q 'jax[tpu]==0.10.2' -e '.[export]' \
--f https://storage.googleapis.com/jax-releases/libtpu_releases.html && \
-.venv/bin/python -c 'import jax; print(jax.process_index(), jax.device_count(), jax.devices()[0].device_kind)'"
+on_workers all "set -eo pipefail; mkdir -p samtone_logs && rm -rf samtone_jax.new && mkdir samtone_jax.new && \
+tar xzf samtone_jax.tar.gz -C samtone_jax.new --strip-components=1 && rm -rf samtone_jax && mv samtone_jax.new samtone_jax && \
+bash samtone_jax/launch/tpu/worker_setup.sh 2>&1 | tee -a samtone_logs/setup.log"
