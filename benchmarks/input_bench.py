@@ -68,7 +68,9 @@ def step_rate(batch, lq, ld, steps):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab", default="runs/demo/vocab.model", help="built by `make demo` when absent")
+    parser.add_argument(
+        "--vocab", default="runs/demo_t5/vocab.model", help="built by `samtone demo --tower=t5` when absent"
+    )
     parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()
     if not os.path.exists(args.vocab):

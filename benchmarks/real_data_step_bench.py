@@ -4,7 +4,7 @@ to each batch's longest text; one run, the same batches in the same order for ev
 Model and step: train_step_bench.py's T5.1.1-shaped SDE (d_model 512, 8 × 64 heads, gated-GELU
 d_ff 1024, 4 layers, vocab 32128), bidirectional query-side SamToNe at τ 0.01, Adafactor; float32,
 dropout off. Batches: the training pipeline's (pipeline.train_dataset, seed 0) of each task, with
-the demo's vocabulary (runs/demo/vocab.model; built from the task's text when missing):
+the demo's vocabulary (runs/demo_t5/vocab.model; built from the task's text when missing):
 
   wordnet_definitions   queries 32, definitions 48 tokens (the demo's lengths)
   multireqa_squad_dev   queries 64, sentences 192 tokens (runs/finetune_multireqa.gin's lengths)
@@ -75,7 +75,7 @@ def real_batches(task: str, batch: int, count: int, vocabulary: str) -> list[dic
 
 
 def vocabulary_for(task: str) -> str:
-    path = ROOT / "runs" / "demo" / run_folders.VOCABULARY
+    path = ROOT / "runs" / "demo_t5" / run_folders.VOCABULARY
     if path.exists():
         return str(path)
     from samtone_jax.data import vocab as vocab_lib

@@ -1,10 +1,58 @@
-"""The optimizer every training mode uses: optax.adafactor with T5X's settings and a linear schedule
-(gin `adafactor.*`)."""
+"""The training optimizer (gin `optimizer.kind`): optax.adafactor with T5X's settings (the default,
+gin `adafactor.*`) or AdamW as Hugging Face's Trainer and sentence-transformers fine-tune with it
+(gin `adamw.*`), each with a linear schedule (optional linear warm-up, then decay to 0)."""
 
 from __future__ import annotations
 
 import gin
 import optax
+
+from samtone_jax.errors import BadValueError
+
+KINDS = ("adafactor", "adamw")
+
+
+@gin.configurable("optimizer")
+def make(train_steps: int, kind: str = "adafactor"):
+    """(optax transformation, learning-rate schedule) of `kind`: 'adafactor' (gin adafactor.*) or
+    'adamw' (gin adamw.*)."""
+    if kind == "adafactor":
+        return adafactor(train_steps=train_steps)
+    if kind == "adamw":
+        return adamw(train_steps=train_steps)
+    raise BadValueError(f"optimizer.kind = {kind!r}: choose one of {', '.join(map(repr, KINDS))}")
+
+
+def _linear(learning_rate: float, train_steps: int, warmup_steps: int):
+    decay = optax.linear_schedule(learning_rate, 0.0, max(train_steps - warmup_steps, 1))
+    if not warmup_steps:
+        return decay
+    return optax.join_schedules([optax.linear_schedule(0.0, learning_rate, warmup_steps), decay], [warmup_steps])
+
+
+@gin.configurable
+def adamw(
+    learning_rate: float = 5e-5,
+    train_steps: int = gin.REQUIRED,
+    warmup_steps: int = 0,
+    weight_decay: float = 0.01,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    clip_norm: float = 1.0,
+):
+    """AdamW as transformers' Trainer runs it (what sentence-transformers fine-tunes with): gradients
+    clipped to global norm `clip_norm`, weight decay on matrices only (not biases, LayerNorm scales or
+    other 1-D parameters), a linear decay to 0 at `train_steps` after an optional linear warm-up."""
+    import jax
+
+    schedule = _linear(learning_rate, train_steps, warmup_steps)
+    decayed = lambda params: jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)  # noqa: E731
+    tx = optax.chain(
+        optax.clip_by_global_norm(clip_norm),
+        optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decayed),
+    )
+    return tx, schedule
 
 
 @gin.configurable
@@ -21,12 +69,7 @@ def adafactor(
     kv] and optax factors the two largest dimensions only when the second is ≥ this; with 128, a
     T5.1.1 kernel (heads, kv ≤ 64) would keep a full second moment the size of the kernel (6 GB at
     XXL) where T5X, storing it 2-D [embed, heads·kv], keeps factored row/column statistics."""
-    decay = optax.linear_schedule(learning_rate, 0.0, max(train_steps - warmup_steps, 1))
-    schedule = decay
-    if warmup_steps:
-        schedule = optax.join_schedules(
-            [optax.linear_schedule(0.0, learning_rate, warmup_steps), decay], [warmup_steps]
-        )
+    schedule = _linear(learning_rate, train_steps, warmup_steps)
     tx = optax.adafactor(
         schedule,
         decay_rate=0.8,

@@ -193,6 +193,7 @@ def train(
     packing: bool = False,
     packing_max_segments: int = 8,
     packing_row_bits: int = 3,
+    packing_row_sample: int = 64,
     teacher_scores: bool = False,
     teacher_guide: FalseNegativeFilter | None = None,
     contrastive_weight: float = 1.0,
@@ -234,7 +235,9 @@ def train(
     `packing` (data/packing.py): each device's pairs packed into its own rows, at most
     `packing_max_segments` texts a row, the row count rounded up to `packing_row_bits` significant
     binary digits (exact up to 8 rows, then 8 counts per doubling; each row count met compiles
-    once). The same pairs, loss and resume as unpacked; fewer padding tokens.
+    once) and at least the most rows the run's first `packing_row_sample` batches need, so that after
+    warm-up nearly every step has one shape (no stall for a compilation). The same pairs, loss and
+    resume as unpacked; fewer padding tokens.
 
     Teachers (a `samtone score` file as hard_negatives_file.path, train.num_negatives K of its
     candidates): `teacher_scores` feeds the teacher's scores of each pair's positive and K negatives
@@ -268,7 +271,7 @@ def train(
         rules,
         schedule=schedule,
         inputs=inputs,
-        packing=Packing(packing_max_segments, packing_row_bits) if packing else None,
+        packing=Packing(packing_max_segments, packing_row_bits, packing_row_sample) if packing else None,
         evaluation=evaluation,
         init_checkpoint=init_checkpoint,
         grad_cache_chunk_size=grad_cache_chunk_size,
@@ -337,7 +340,7 @@ def fit(
 
     inputs.check_mesh(mesh)
     vocab_lib.check_fits(inputs.spec.vocabulary, model.config, "train.vocabulary")  # before MODEL_DIR is written
-    tx, lr_schedule = optimizer.adafactor(train_steps=schedule.train_steps)
+    tx, lr_schedule = optimizer.make(train_steps=schedule.train_steps)
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if jax.process_index() == 0:
             _keep_vocabulary(inputs.spec.vocabulary, model_dir)

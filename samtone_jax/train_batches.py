@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 
 import jax
 import numpy as np
@@ -96,21 +97,36 @@ class TrainInputs:
 @dataclasses.dataclass(frozen=True)
 class Packing:
     """gin `train.packing_*`: each device's pairs packed into its own rows (data/packing.py), at most
-    `max_segments` texts a row, the row count rounded up to `row_bits` significant binary digits."""
+    `max_segments` texts a row, the row count rounded up to `row_bits` significant binary digits and
+    at least the most that the run's first `row_sample` batches need (0: each batch its own count).
+
+    The floor bounds compilation: without it each row count compiles when it first appears, and new
+    counts keep appearing for dozens of steps (a stall of a compilation each: minutes on a pod).
+    The floor is a function of the data alone (batches 0 .. row_sample - 1, also when resuming), so a
+    resumed run packs every batch as the uninterrupted run did."""
 
     max_segments: int = 8
     row_bits: int = 3
+    row_sample: int = 64
 
     def __post_init__(self):
-        if self.max_segments < 1 or self.row_bits < 1:
+        if self.max_segments < 1 or self.row_bits < 1 or self.row_sample < 0:
             raise BadValueError(
                 f"train.packing_max_segments = {self.max_segments} and train.packing_row_bits = {self.row_bits} "
-                "must be ≥ 1"
+                f"must be ≥ 1, train.packing_row_sample = {self.row_sample} ≥ 0"
             )
 
-    def packer(self, mesh, grad_cache_chunk_size: int | None):
-        """features -> packed features (this host's devices' rows). Every host's row count must agree
-        (one global array): with several hosts the largest is taken."""
+    def row_floor(self, mesh, batches) -> tuple[int, int]:
+        """The most (query, document) rows a device needs over these model-feature batches."""
+        from samtone_jax.data.packing import rows_needed
+
+        devices = mesh.shape["data"] // jax.process_count()
+        needed = [rows_needed(batch, devices, self.max_segments) for batch in batches]
+        return tuple(int(max(n[i] for n in needed)) for i in (0, 1)) if needed else (0, 0)
+
+    def packer(self, mesh, grad_cache_chunk_size: int | None, min_rows: tuple[int, int] = (0, 0)):
+        """features -> packed features (this host's devices' rows), at least `min_rows` a device. Every
+        host's row count must agree (one global array): with several hosts the largest is taken."""
         from samtone_jax.data.packing import pack_batch
 
         devices = mesh.shape["data"] // jax.process_count()
@@ -123,22 +139,21 @@ class Packing:
                 return int(q), int(d)
 
         host, chunk = jax.process_index(), grad_cache_chunk_size or 1  # GradCache encodes chunks of whole rows
-        return lambda features: pack_batch(features, devices, self.max_segments, self.row_bits, chunk, agree, host)
+        return lambda features: pack_batch(
+            features, devices, self.max_segments, self.row_bits, chunk, agree, host, min_rows
+        )
 
 
 def batch_source(inputs: TrainInputs, mesh, packing: Packing | None, grad_cache_chunk_size: int | None):
     """batches(start): the global batches of steps start, start + 1, ... (each a dict of global
     arrays; a task-homogeneous batch also names its task under 'task')."""
     dataset = inputs.dataset()
-    pack = packing.packer(mesh, grad_cache_chunk_size) if packing else (lambda features: features)
 
-    def place(batch):
-        return partitioning.host_to_global(mesh, pack(model_features(batch, inputs.id_masking)))
-
-    def batches(start: int):
+    def features(start: int):
+        """(task name or None, model features) of the steps start, start + 1, ... on this host."""
         if inputs.task_batches is None:
             for batch in dataset(inputs.task, inputs.split, start_batch=start).as_numpy_iterator():
-                yield place(batch)
+                yield None, model_features(batch, inputs.id_masking)
             return
         source = mixture_batches(
             inputs.task,
@@ -151,7 +166,27 @@ def batch_source(inputs: TrainInputs, mesh, packing: Packing | None, grad_cache_
             mesh.shape["data"],
         )
         for name, batch in source:
-            yield dict(place(batch), task=name)
+            yield name, model_features(batch, inputs.id_masking)
+
+    def batches(start: int):
+        stream = features(start)
+        packers = {}
+        if packing is not None:
+            # The first row_sample batches set each task's row floor; from start 0 they are the batches
+            # the run takes first (kept), when resuming the same batches are read again.
+            sample = list(itertools.islice(stream if start == 0 else features(0), packing.row_sample))
+            if start == 0:
+                stream = itertools.chain(sample, stream)
+            for name in {name for name, _ in sample} | {None}:
+                floor = packing.row_floor(mesh, [f for n, f in sample if n == name])
+                packers[name] = packing.packer(mesh, grad_cache_chunk_size, floor)
+        for name, batch in stream:
+            if packing is not None:
+                if name not in packers:  # a task the sample did not draw: no floor
+                    packers[name] = packing.packer(mesh, grad_cache_chunk_size)
+                batch = packers[name](batch)
+            placed = partitioning.host_to_global(mesh, batch)
+            yield placed if name is None else dict(placed, task=name)
 
     return batches
 

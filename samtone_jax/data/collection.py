@@ -69,6 +69,30 @@ class RetrievalCollection:
                 f"{self.stats['qrels_with_missing_document']} point at unknown documents)"
             )
 
+    def sample(self, max_queries: int | None = None, candidates: int | None = None) -> RetrievalCollection:
+        """A smaller evaluation of the same kind, fixed by the data alone: at most `max_queries`
+        judged queries (evenly spaced by id) ranked among at most `candidates` documents (every
+        sampled query's relevant documents, then an even sample of the others by id). None or 0:
+        all of them."""
+        if (max_queries is not None and max_queries < 0) or (candidates is not None and candidates < 0):
+            raise BadValueError(f"max_queries ({max_queries}) and candidates ({candidates}) must be ≥ 0")
+        query_ids = sorted(q for q in self.queries if any(r > 0 for r in self.qrels.get(q, {}).values()))
+        if max_queries and len(query_ids) > max_queries:
+            query_ids = query_ids[:: len(query_ids) // max_queries][:max_queries]
+        doc_ids = sorted(self.corpus)
+        if candidates and candidates < len(doc_ids):
+            gold = {d for q in query_ids for d, r in self.qrels[q].items() if r > 0 and d in self.corpus}
+            others = [d for d in doc_ids if d not in gold]
+            room = max(0, candidates - len(gold))
+            spread = (others[i * len(others) // room] for i in range(room))  # evenly over the whole id range
+            doc_ids = sorted(gold | set(spread))
+        return dataclasses.replace(
+            self,
+            queries={q: self.queries[q] for q in query_ids},
+            corpus={d: self.corpus[d] for d in doc_ids},
+            qrels={q: self.qrels[q] for q in query_ids},
+        )
+
     def relevant_indices(self) -> tuple[list[str], list[tuple[str, list[int]]]]:
         """(the corpus's document ids, sorted; (query id, the sorted indices of its relevant
         documents in that list) for every query, by id, with a relevant document in the corpus)."""

@@ -14,7 +14,10 @@ over the devices' row blocks.
 Shapes stay static: the row count per device is the largest any device needs, rounded up to
 `row_bits` significant binary digits (`round_rows`; then to a multiple of `row_multiple`, which
 GradCache sets to its chunk), so a run compiles once per row count it meets (a few: the batches'
-token totals vary little) and never fails for a long batch. Rounding relative to the count keeps
+token totals vary little) and never fails for a long batch. `min_rows` raises the counts to a floor: the
+training loop sets it to the most rows the run's first batches need (train_batches.Packing.row_sample),
+so after warm-up nearly every batch has the one compiled shape instead of a new compilation whenever its
+count first appears. Rounding relative to the count keeps
 the extra rows a few per cent at every scale: exact up to 2^row_bits rows (a pod's few rows per
 chip), 8 counts per doubling above it with the default 3. Texts are never split across rows;
 the feature converter has already truncated each one to its row length and counted it.
@@ -108,6 +111,28 @@ def _write(placed: list, rows: int, max_segments: int, first_row: int) -> Packed
     )
 
 
+def rows_needed(batch: dict[str, np.ndarray], devices: int, max_segments: int) -> tuple[int, int]:
+    """(query rows, document rows) the busiest device needs for this batch, before rounding."""
+    return tuple(_place(blocks, max_segments)[1] for blocks in _device_blocks(batch, devices))
+
+
+def _device_blocks(batch: dict[str, np.ndarray], devices: int) -> tuple[list, list]:
+    """Each device's queries and each device's document block (its documents, then its pairs' negatives)."""
+    b = batch["query_tokens"].shape[0]
+    if b % devices:
+        raise BadValueError(f"packing: a batch of {b} pairs does not split over {devices} devices")
+    per = b // devices
+    k = batch["negative_tokens"].shape[1] if "negative_tokens" in batch else 0
+    negatives = batch["negative_tokens"].reshape(b * k, -1) if k else None
+    doc_blocks = [
+        np.concatenate(
+            [batch["doc_tokens"][i * per : (i + 1) * per]] + ([negatives[i * per * k : (i + 1) * per * k]] if k else [])
+        )
+        for i in range(devices)
+    ]
+    return np.split(batch["query_tokens"], devices), doc_blocks
+
+
 def pack_batch(
     batch: dict[str, np.ndarray],
     devices: int,
@@ -116,6 +141,7 @@ def pack_batch(
     row_multiple: int = 1,
     agree=None,
     host_index: int = 0,
+    min_rows: tuple[int, int] = (0, 0),
 ) -> dict:
     """A batch of model features (query_tokens [B, Lq], doc_tokens [B, Ld], negative_tokens
     [B, K, Ld], ids) -> the packed batch: the ids unchanged; query_/doc_ tokens and segment_ids
@@ -124,30 +150,22 @@ def pack_batch(
 
     With several hosts, each packs its own pairs for its `devices`: `agree`((Rq, Rd)) returns the row
     counts every host uses (the largest), and `host_index` places this host's rows in the global
-    array (its slots count from row host_index · devices · R)."""
+    array (its slots count from row host_index · devices · R). `min_rows` (queries, documents): at least
+    this many rows per device (before rounding)."""
     if min(max_segments, row_bits, row_multiple) < 1:
         raise BadValueError(
             f"packing: max_segments ({max_segments}), row_bits ({row_bits}) and row_multiple ({row_multiple}) "
             "must be ≥ 1"
         )
+    query_blocks, doc_blocks = _device_blocks(batch, devices)
     b = batch["query_tokens"].shape[0]
-    if b % devices:
-        raise BadValueError(f"packing: a batch of {b} pairs does not split over {devices} devices")
     per = b // devices
     k = batch["negative_tokens"].shape[1] if "negative_tokens" in batch else 0
-    documents = [batch["doc_tokens"]]
-    if k:
-        documents.append(batch["negative_tokens"].reshape(b * k, -1))
-    # Device i's document block: its documents, then its pairs' negatives.
-    doc_blocks = [
-        np.concatenate(
-            [documents[0][i * per : (i + 1) * per]] + [n[i * per * k : (i + 1) * per * k] for n in documents[1:]]
-        )
-        for i in range(devices)
-    ]
-    placed_q, rows_q = _place(np.split(batch["query_tokens"], devices), max_segments)
+    placed_q, rows_q = _place(query_blocks, max_segments)
     placed_d, rows_d = _place(doc_blocks, max_segments)
-    rows_q, rows_d = (round_rows(r, row_bits, row_multiple) for r in (rows_q, rows_d))
+    rows_q, rows_d = (
+        round_rows(max(r, m), row_bits, row_multiple) for r, m in zip((rows_q, rows_d), min_rows, strict=True)
+    )
     if agree is not None:
         rows_q, rows_d = agree((rows_q, rows_d))
     queries = _write(placed_q, rows_q, max_segments, host_index * devices * rows_q)

@@ -35,8 +35,9 @@ def embed(
 
     ids = sorted(texts)
     encode = encoder.encode_queries if side == "query" else encoder.encode_documents
+    what = "encoding queries" if side == "query" else "encoding documents"
     if out_dir is None:
-        with Progress(len(ids), f"encoding {side}s", process_index=jax.process_index()) as progress:
+        with Progress(len(ids), what, process_index=jax.process_index()) as progress:
             return ids, encode([texts[i] for i in ids], progress.update)
     fingerprint = {
         "source": encoder.source,
@@ -53,7 +54,7 @@ def embed(
         fingerprint=fingerprint,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
-        description=f"encoding {side}s",
+        description=what,
     )
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
@@ -159,6 +160,8 @@ def evaluate(
     shard_size: int = 65536,
     packing_max_segments: int | None = None,
     dims: tuple[int, ...] | None = None,
+    max_queries: int | None = None,
+    candidates: int | None = None,
 ) -> dict[str, float]:
     """Evaluate the checkpoint at `step` (default: the latest) of MODEL_DIR on task/split; lengths
     default to the run's train.query_length / train.doc_length.
@@ -168,7 +171,10 @@ def evaluate(
     texts encoded packed, up to S a row (the same embeddings, less padding; samtone_jax.load).
     `dims` (k, ...; CLI `samtone eval --dims 64,128`): from the same embeddings, the metrics of each
     truncation to the first k dimensions re-normalised (a Matryoshka model's smaller indexes), each
-    in its own <task>_<split>_step<N>_dim<k>.json beside the full one.
+    in its own <task>_<split>_step<N>_dim<k>.json beside the full one. `max_queries` / `candidates`
+    (a quick look at a big corpus): an even sample of the judged queries ranked among their relevant
+    documents and an even sample of the others, `candidates` in all (RetrievalCollection.sample);
+    the record is then <task>_<split>_step<N>_q<max_queries>_c<candidates>.json.
     """
     import jax
 
@@ -176,6 +182,8 @@ def evaluate(
     from samtone_jax.tasks import catalogue
 
     collection = catalogue.collection(task, split)  # bad data fails here, before the model is loaded
+    if max_queries or candidates:
+        collection = collection.sample(max_queries, candidates)
     mesh = partitioning.create_mesh(devices=jax.local_devices())
     encoder = inference.load_encoder(
         model_dir,
@@ -188,6 +196,8 @@ def evaluate(
         task=task,
     )
     name = f"{task}_{split}_step{encoder.step}"
+    if max_queries or candidates:
+        name += f"_q{max_queries or 'all'}_c{candidates or 'all'}"
     out = paths.as_path(model_dir) / run_folders.EVAL
     embeddings_dir = str(out / "embeddings" / name)
     if dims is not None:  # checked before the corpus is encoded

@@ -43,9 +43,7 @@ class RetrievalEval:
         collection = catalogue.collection(task, split)
         if not collection.queries or not collection.corpus:
             raise BadValueError(f"train.retrieval_eval_task={task!r} split {split!r} has no queries or no documents")
-        query_ids = sorted(q for q in collection.queries if collection.qrels.get(q))
-        if max_queries and len(query_ids) > max_queries:  # an evenly spaced, fixed sample
-            query_ids = query_ids[:: len(query_ids) // max_queries][:max_queries]
+        query_ids = sorted(collection.sample(max_queries).queries)  # an evenly spaced, fixed sample
         self.query_ids, self.doc_ids = query_ids, sorted(collection.corpus)
         self.qrels = {q: collection.qrels[q] for q in query_ids}
         query_prompt, doc_prompt = prompts.prompt_of(task)  # as the run trains and samtone_jax.load serves
