@@ -96,6 +96,18 @@ def _task_flags(
     parser.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")
 
 
+def _run_demo(args, bindings) -> int:
+    from samtone_jax import demo  # the demo imports through commands.py: it is not one of them
+
+    return demo.main(
+        args.gin_file,
+        args.gin_bindings + bindings,
+        tower=args.tower,
+        candidates=args.candidates,
+        eval_queries=args.eval_queries,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="samtone", description=__doc__.splitlines()[0])
     parser.add_argument("--verbosity", default="INFO", help="logging level (DEBUG, INFO, WARNING)")
@@ -244,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 20000; 0 = all 117,659, ~4 min more per model on 2 cores)",
     )
     p.add_argument("--eval_queries", type=int, default=2000, help="held-out queries evaluated (default 2000)")
-    p.set_defaults(run=commands.cmd_demo)
+    p.set_defaults(run=_run_demo)
     return parser
 
 

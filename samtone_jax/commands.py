@@ -311,18 +311,6 @@ def cmd_score(args, bindings) -> int:
     return 0
 
 
-def cmd_demo(args, bindings) -> int:
-    from samtone_jax import demo
-
-    return demo.main(
-        args.gin_file,
-        args.gin_bindings + bindings,
-        tower=args.tower,
-        candidates=args.candidates,
-        eval_queries=args.eval_queries,
-    )
-
-
 def load_task(args):
     from samtone_jax.tasks import catalogue
 

@@ -70,15 +70,16 @@ def _bm25_run(query_ids, queries, doc_ids, corpus, k):
 
 def _import_minilm(destination: str, log) -> None:
     """The pretrained model as an INIT_CHECKPOINT (once: an existing import is kept)."""
-    from samtone_jax import cli, paths, run_folders
+    import argparse
+
+    from samtone_jax import commands, paths, run_folders
     from samtone_jax.checkpoints.pretrained import minilm_folder
 
     if (paths.as_path(destination) / run_folders.COMMIT_MARKER).exists():
         return
     source = minilm_folder()
-    argv = ["import-checkpoint", "--format=sentence-transformers", f"--src={source}", f"--dst={destination}"]
-    if cli.main(argv) != 0:
-        raise RuntimeError(f"importing {source} into {destination} failed (see above)")
+    flags = dict(format="sentence-transformers", src=source, dst=destination, gin_file=[], gin_bindings=[])
+    commands.cmd_import_checkpoint(argparse.Namespace(**flags, seed=0, overwrite=False), [])
     log(f"imported all-MiniLM-L6-v2 from {source} into {destination}")
 
 
@@ -163,11 +164,12 @@ def main(
         untrained = nn.unbox(init_params(gin_utils.model(), jax.random.PRNGKey(0)))
         before = inference.Encoder(tuned.model, untrained, tuned.vocabulary, **lengths)
     results = {}
+    k = min(100, len(corpus))
     for name, encoder in ((demo.before, before), ("fine-tuned" if tower == "minilm" else "trained", tuned)):
-        run = dense_run(encoder, queries, corpus, k=100)
+        run = dense_run(encoder, queries, corpus, k=k)
         results[f"{demo.model_name}, {name}"] = metrics.evaluate(test.qrels, run)
         log(f"evaluated the {name} model")
-    bm25 = _bm25_run(query_ids, [queries[q] for q in query_ids], doc_ids, [corpus[d] for d in doc_ids], 100)
+    bm25 = _bm25_run(query_ids, [queries[q] for q in query_ids], doc_ids, [corpus[d] for d in doc_ids], k)
     results["BM25 (bm25s)"] = metrics.evaluate(test.qrels, bm25)
 
     print(f"\nheld-out WordNet examples -> definition among {len(corpus):,} definitions ({len(queries):,} queries)")
