@@ -203,6 +203,51 @@ def tiny_train_argv(model_dir, vocab_path, steps=2, architecture="sde", extra=()
     ]
 
 
+# A tiny random BertModel (transformers' names) for the BERT-family tower's tests.
+TINY_BERT = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+TINY_BERT |= dict(max_position_embeddings=40, type_vocab_size=2, layer_norm_eps=1e-12)
+
+
+def tiny_wordpiece_bert(folder, texts):
+    """A WordPiece tokenizer.json trained on `texts` and a random tiny BertModel of its vocabulary,
+    saved together as a Hugging Face folder."""
+    import torch
+    import transformers
+    from tokenizers import BertWordPieceTokenizer
+    from tokenizers.processors import BertProcessing
+
+    tokenizer = BertWordPieceTokenizer(lowercase=True)
+    tokenizer.train_from_iterator(texts, vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    ids = {t: tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]")}
+    tokenizer._tokenizer.post_processor = BertProcessing(("[SEP]", ids["[SEP]"]), ("[CLS]", ids["[CLS]"]))
+    folder.mkdir(parents=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    torch.manual_seed(0)
+    config = {**TINY_BERT, "vocab_size": tokenizer.get_vocab_size(), "max_position_embeddings": 64}
+    transformers.BertModel(transformers.BertConfig(**config)).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_import(wordnet_data, tmp_path_factory):
+    """(tokenizer.json, the import-checkpoint folder) of a tiny WordPiece BERT over the WordNet fixture."""
+    from samtone_jax import cli
+    from samtone_jax.tasks import catalogue
+
+    root = tmp_path_factory.mktemp("tiny_bert")
+    previous = os.environ.get("WORDNET_DIR")
+    os.environ["WORDNET_DIR"] = str(wordnet_data[0])
+    try:
+        hf = tiny_wordpiece_bert(root / "hf", catalogue.collection("wordnet_definitions", "all").texts())
+    finally:
+        if previous is None:
+            os.environ.pop("WORDNET_DIR")
+        else:
+            os.environ["WORDNET_DIR"] = previous
+    assert cli.main(["import-checkpoint", "--format=hf", f"--src={hf}", f"--dst={root / 'init'}"]) == 0
+    return hf / "tokenizer.json", root / "init"
+
+
 _TRAINED_RUNS: dict = {}
 
 

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import require_shared
+from conftest import TINY_BERT, require_shared, tiny_wordpiece_bert
 
 from samtone_jax import cli, gin_utils
 from samtone_jax.checkpoints import hf_bert
@@ -24,8 +24,7 @@ from samtone_jax.errors import BadValueError
 from samtone_jax.models import BertConfig, BertEncoder, DualEncoder, init_params
 from samtone_jax.models.bert import segment_positions
 
-TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
-TINY |= dict(max_position_embeddings=40, type_vocab_size=2, layer_norm_eps=1e-12)
+TINY = TINY_BERT
 
 UNICODE_TEXTS = [
     "",
@@ -249,26 +248,6 @@ def test_the_training_pipeline_gives_the_ids_the_encoder_gives(wordnet_env):
     assert any(batch["doc_truncated"]) and not all(batch["doc_truncated"])  # both kinds were compared
 
 
-def _tiny_wordpiece_bert(folder, texts):
-    """A WordPiece tokenizer.json trained on `texts` and a random tiny BertModel of its vocabulary,
-    saved together as a Hugging Face folder."""
-    import torch
-    import transformers
-    from tokenizers import BertWordPieceTokenizer
-    from tokenizers.processors import BertProcessing
-
-    tokenizer = BertWordPieceTokenizer(lowercase=True)
-    tokenizer.train_from_iterator(texts, vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    ids = {t: tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]")}
-    tokenizer._tokenizer.post_processor = BertProcessing(("[SEP]", ids["[SEP]"]), ("[CLS]", ids["[CLS]"]))
-    folder.mkdir(parents=True)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    torch.manual_seed(0)
-    config = {**TINY, "vocab_size": tokenizer.get_vocab_size(), "max_position_embeddings": 64}
-    transformers.BertModel(transformers.BertConfig(**config)).save_pretrained(folder)
-    return folder
-
-
 @pytest.mark.slow
 def test_a_bert_tower_trains_packed_from_an_import_then_loads_evaluates_and_exports(wordnet_env, tmp_path, capsys):
     """Hugging Face BERT folder -> import-checkpoint -> samtone train (packed, INIT_CHECKPOINT, the
@@ -277,7 +256,7 @@ def test_a_bert_tower_trains_packed_from_an_import_then_loads_evaluates_and_expo
     import samtone_jax
     from samtone_jax.tasks import catalogue
 
-    hf = _tiny_wordpiece_bert(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
+    hf = tiny_wordpiece_bert(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
     init, run = tmp_path / "init", tmp_path / "run"
     assert cli.main(["import-checkpoint", "--format=hf", f"--src={hf}", f"--dst={init}"]) == 0
     argv = [
@@ -331,7 +310,7 @@ def test_the_demo_fine_tunes_an_import_and_tables_it_before_and_after(wordnet_en
     from samtone_jax import demo
     from samtone_jax.tasks import catalogue
 
-    hf = _tiny_wordpiece_bert(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
+    hf = tiny_wordpiece_bert(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
     init = tmp_path / "init"
     assert cli.main(["import-checkpoint", "--format=hf", f"--src={hf}", f"--dst={init}"]) == 0
     bindings = ["TRAIN_STEPS = 3", "BATCH_SIZE = 8", "train.log_every = 1", "train.checkpoint_every = 3"]
@@ -450,7 +429,7 @@ def test_a_two_tower_bert_export_keeps_its_tokenizer_at_the_root(tiny_bert_folde
     assert cli.main(args) == 0
     with pytest.raises(ValueError, match="has 30522 ids but the tower embeds 99"):
         samtone_jax.load(str(init))
-    tiny = _tiny_wordpiece_bert(tmp_path / "tiny", ["a small dog barked", "the act of running quickly"] * 50)
+    tiny = tiny_wordpiece_bert(tmp_path / "tiny", ["a small dog barked", "the act of running quickly"] * 50)
     args[2:4] = [f"--src={tiny}", f"--dst={tmp_path / 'init2'}"]
     assert cli.main(args) == 0
     assert (

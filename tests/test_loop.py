@@ -4,6 +4,7 @@ the configs, first on a toy mode (a few milliseconds a step), then through both 
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 
@@ -113,9 +114,30 @@ def test_a_bad_schedule_names_the_gin_setting(field, value, message):
 # uninterrupted run, bit for bit.
 
 
-def _mode_argv(mode, model_dir, init, vocab_path, steps):
+def _mode_argv(mode, model_dir, init, vocab_path, steps, bert=None):
     from conftest import tiny_train_argv
 
+    if mode == "train-bert-packed":  # a BERT tower from an import: its dropout 0.1, packed rows
+        tokenizer, imported = bert
+        return [
+            "train",
+            f"--gin_file={imported}/model.gin",
+            "--gin_file=losses/samtone_query.gin",
+            "--gin.TEMPERATURE=0.05",
+            f"--gin.train.model_dir='{model_dir}'",
+            f"--gin.train.init_checkpoint='{imported}'",
+            "--gin.train.task='wordnet_definitions'",
+            "--gin.train.split='all'",
+            f"--gin.train.train_steps={steps}",
+            "--gin.train.batch_size=8",
+            "--gin.train.query_length=12",
+            "--gin.train.doc_length=16",
+            f"--gin.train.vocabulary='{tokenizer}'",
+            "--gin.train.packing=True",
+            "--gin.train.log_every=1",
+            "--gin.train.checkpoint_every=100",
+            "--gin.create_mesh.num_devices=1",
+        ]
     if mode.startswith("train-packed") or mode == "train":
         extra = ["--gin.train.checkpoint_every=100", "--gin.DROPOUT_RATE=0.1"]
         if mode == "train-packed":
@@ -139,15 +161,17 @@ def _mode_argv(mode, model_dir, init, vocab_path, steps):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["train", "train-packed", "train-adore"])
+@pytest.mark.parametrize("mode", ["train", "train-packed", "train-bert-packed", "train-adore"])
 def test_both_modes_stop_on_sigterm_and_resume_to_the_uninterrupted_parameters(
-    mode, trained_run, wordnet_env, tmp_path, monkeypatch, caplog
+    mode, trained_run, wordnet_env, tmp_path, monkeypatch, caplog, request
 ):
     from samtone_jax import cli, configurables
 
     vocab_path = wordnet_env[1]
+    bert = request.getfixturevalue("tiny_bert_import") if mode == "train-bert-packed" else None
+    argv = functools.partial(_mode_argv, mode, init=trained_run, vocab_path=vocab_path, steps=4, bert=bert)
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    assert cli.main(_mode_argv(mode, straight, trained_run, vocab_path, steps=4)) == 0
+    assert cli.main(argv(straight)) == 0
 
     record = ProgressLogger.record
 
@@ -157,17 +181,18 @@ def test_both_modes_stop_on_sigterm_and_resume_to_the_uninterrupted_parameters(
             os.kill(os.getpid(), signal.SIGTERM)
 
     monkeypatch.setattr(ProgressLogger, "record", record_then_preempt)
-    assert cli.main(_mode_argv(mode, stopped, trained_run, vocab_path, steps=4)) == 0
+    assert cli.main(argv(stopped)) == 0
     assert "preempted: saved step 2" in caplog.text
     assert _saved(stopped) == [2]
     monkeypatch.setattr(ProgressLogger, "record", record)
-    assert cli.main(_mode_argv(mode, stopped, trained_run, vocab_path, steps=4)) == 0
+    assert cli.main(argv(stopped)) == 0
     assert _saved(stopped) == [2, 4]
     a = _params(straight, 4)
     b = _params(stopped, 4)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         np.testing.assert_array_equal(x, y)
-    assert {"config.gin", "operative_config.gin", "vocab.model"} <= {p.name for p in paths.as_path(stopped).iterdir()}
+    kept = "tokenizer.json" if bert else "vocab.model"
+    assert {"config.gin", "operative_config.gin", kept} <= {p.name for p in paths.as_path(stopped).iterdir()}
     configurables.parse([], [])
 
 
