@@ -207,6 +207,43 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
 
 
 @pytest.mark.slow
+def test_a_packed_bert_run_on_two_processes_equals_one_process_of_two_devices(
+    wordnet_env, tiny_bert_import, tmp_path, capsys
+):
+    """A BERT tower from an import (dropout 0.1), packed rows: each process packs its own pairs, the
+    hosts agree on the row counts (the floor from the first batches included), and the parameters are
+    those of one process holding both devices."""
+    tokenizer, imported = tiny_bert_import
+    single, multi = tmp_path / "single", tmp_path / "multi"
+
+    def argv(model_dir):
+        return [
+            "train",
+            f"--gin_file={imported}/model.gin",
+            "--gin_file=losses/samtone_query.gin",
+            "--gin.TEMPERATURE=0.05",
+            f"--gin.train.model_dir='{model_dir}'",
+            f"--gin.train.init_checkpoint='{imported}'",
+            "--gin.train.task='wordnet_definitions'",
+            "--gin.train.split='all'",
+            "--gin.train.train_steps=3",
+            "--gin.train.batch_size=8",
+            "--gin.train.query_length=12",
+            "--gin.train.doc_length=16",
+            f"--gin.train.vocabulary='{tokenizer}'",
+            "--gin.train.packing=True",
+            "--gin.train.data_shards=2",
+            "--gin.train.log_every=1",
+        ]
+
+    _in_process(argv(single), capsys, devices=2)
+    text = _local(2, 1, argv(multi), _env(wordnet_env[0]), tmp_path / "logs")
+    assert sorted(_losses(text)) == [1, 2, 3]
+    for x, y in zip(jax_leaves(_params(single, 3)), jax_leaves(_params(multi, 3)), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
 def test_a_killed_process_then_ctrl_c_on_two_processes_and_the_rerun_resumes(wordnet_data, tmp_path):
     """Two faults of a 2-process run, the second in the rerun after the first:
 
