@@ -248,6 +248,31 @@ def tiny_bert_import(wordnet_data, tmp_path_factory):
     return hf / "tokenizer.json", root / "init"
 
 
+def tiny_bert_train_argv(model_dir, bert, steps=2, extra=(), devices=1):
+    """`samtone train` arguments for the tiny BERT import (`tiny_bert_import`: its tokenizer.json and
+    folder; its model.gin carries dropout 0.1) on the wordnet_data fixture, packed rows."""
+    tokenizer, imported = bert
+    return [
+        "train",
+        f"--gin_file={imported}/model.gin",
+        "--gin_file=losses/samtone_query.gin",
+        "--gin.TEMPERATURE=0.05",
+        f"--gin.train.model_dir='{model_dir}'",
+        f"--gin.train.init_checkpoint='{imported}'",
+        "--gin.train.task='wordnet_definitions'",
+        "--gin.train.split='all'",
+        f"--gin.train.train_steps={steps}",
+        "--gin.train.batch_size=8",
+        "--gin.train.query_length=12",
+        "--gin.train.doc_length=16",
+        f"--gin.train.vocabulary='{tokenizer}'",
+        "--gin.train.packing=True",
+        "--gin.train.log_every=1",
+        *([] if devices is None else [f"--gin.create_mesh.num_devices={devices}"]),
+        *extra,
+    ]
+
+
 _TRAINED_RUNS: dict = {}
 
 

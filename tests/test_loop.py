@@ -115,29 +115,10 @@ def test_a_bad_schedule_names_the_gin_setting(field, value, message):
 
 
 def _mode_argv(mode, model_dir, init, vocab_path, steps, bert=None):
-    from conftest import tiny_train_argv
+    from conftest import tiny_bert_train_argv, tiny_train_argv
 
     if mode == "train-bert-packed":  # a BERT tower from an import: its dropout 0.1, packed rows
-        tokenizer, imported = bert
-        return [
-            "train",
-            f"--gin_file={imported}/model.gin",
-            "--gin_file=losses/samtone_query.gin",
-            "--gin.TEMPERATURE=0.05",
-            f"--gin.train.model_dir='{model_dir}'",
-            f"--gin.train.init_checkpoint='{imported}'",
-            "--gin.train.task='wordnet_definitions'",
-            "--gin.train.split='all'",
-            f"--gin.train.train_steps={steps}",
-            "--gin.train.batch_size=8",
-            "--gin.train.query_length=12",
-            "--gin.train.doc_length=16",
-            f"--gin.train.vocabulary='{tokenizer}'",
-            "--gin.train.packing=True",
-            "--gin.train.log_every=1",
-            "--gin.train.checkpoint_every=100",
-            "--gin.create_mesh.num_devices=1",
-        ]
+        return tiny_bert_train_argv(model_dir, bert, steps=steps, extra=["--gin.train.checkpoint_every=100"])
     if mode.startswith("train-packed") or mode == "train":
         extra = ["--gin.train.checkpoint_every=100", "--gin.DROPOUT_RATE=0.1"]
         if mode == "train-packed":

@@ -285,8 +285,11 @@ def test_a_mined_file_without_scores_cannot_feed_teacher_features(wordnet_env, t
 
 
 @pytest.mark.slow
-def test_training_distils_from_the_scores_and_guides_its_negatives(wordnet_scores, wordnet_data, tmp_path):
-    from conftest import tiny_train_argv
+@pytest.mark.parametrize("tower", ["t5", "bert"])
+def test_training_distils_from_the_scores_and_guides_its_negatives(
+    tower, wordnet_scores, wordnet_data, tmp_path, request
+):
+    from conftest import tiny_bert_train_argv, tiny_train_argv
 
     from samtone_jax import cli
 
@@ -299,7 +302,11 @@ def test_training_distils_from_the_scores_and_guides_its_negatives(wordnet_score
         "--gin.train.teacher_guide=@FalseNegativeFilter()",
         "--gin.FalseNegativeFilter.margin=0.5",
     ]
-    assert cli.main(tiny_train_argv(model_dir, wordnet_data[1], steps=2, extra=extra)) == 0
+    if tower == "bert":  # a BERT tower from an import, packed rows (the negatives packed with the documents)
+        argv = tiny_bert_train_argv(model_dir, request.getfixturevalue("tiny_bert_import"), extra=extra)
+    else:
+        argv = tiny_train_argv(model_dir, wordnet_data[1], steps=2, extra=extra)
+    assert cli.main(argv) == 0
     import tensorflow as tf
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

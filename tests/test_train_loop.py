@@ -213,28 +213,13 @@ def test_a_packed_bert_run_on_two_processes_equals_one_process_of_two_devices(
     """A BERT tower from an import (dropout 0.1), packed rows: each process packs its own pairs, the
     hosts agree on the row counts (the floor from the first batches included), and the parameters are
     those of one process holding both devices."""
-    tokenizer, imported = tiny_bert_import
+    from conftest import tiny_bert_train_argv
+
     single, multi = tmp_path / "single", tmp_path / "multi"
+    shards = ["--gin.train.data_shards=2"]
 
     def argv(model_dir):
-        return [
-            "train",
-            f"--gin_file={imported}/model.gin",
-            "--gin_file=losses/samtone_query.gin",
-            "--gin.TEMPERATURE=0.05",
-            f"--gin.train.model_dir='{model_dir}'",
-            f"--gin.train.init_checkpoint='{imported}'",
-            "--gin.train.task='wordnet_definitions'",
-            "--gin.train.split='all'",
-            "--gin.train.train_steps=3",
-            "--gin.train.batch_size=8",
-            "--gin.train.query_length=12",
-            "--gin.train.doc_length=16",
-            f"--gin.train.vocabulary='{tokenizer}'",
-            "--gin.train.packing=True",
-            "--gin.train.data_shards=2",
-            "--gin.train.log_every=1",
-        ]
+        return tiny_bert_train_argv(model_dir, tiny_bert_import, steps=3, extra=shards, devices=None)
 
     _in_process(argv(single), capsys, devices=2)
     text = _local(2, 1, argv(multi), _env(wordnet_env[0]), tmp_path / "logs")
