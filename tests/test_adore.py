@@ -114,14 +114,25 @@ def test_quantised_indexes_keep_most_of_the_top_10():
 
 
 @pytest.mark.slow
-def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(trained_run, wordnet_env, gcs):
-    """... into a gs:// MODEL_DIR (the emulator): index shards, checkpoints and config in the bucket."""
+@pytest.mark.parametrize("tower", ["t5", "bert"])
+def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(
+    tower, trained_run, wordnet_env, request, tmp_path
+):
+    """... T5: into a gs:// MODEL_DIR (the emulator): index shards, checkpoints and config in the bucket;
+    BERT: from a packed run of the tiny BERT import (its tokenizer.json kept), locally."""
+    from conftest import tiny_bert_train_argv
+
     import samtone_jax
     from samtone_jax import cli, configurables, paths
     from samtone_jax.evaluation import search
     from samtone_jax.tasks import catalogue
 
-    model_dir = f"{gcs.bucket()}/adore"
+    if tower == "bert":
+        trained_run = tmp_path / "bert_run"
+        assert cli.main(tiny_bert_train_argv(trained_run, request.getfixturevalue("tiny_bert_import"))) == 0
+        model_dir, vocabulary = str(tmp_path / "adore"), "tokenizer.json"
+    else:
+        model_dir, vocabulary = f"{request.getfixturevalue('gcs').bucket()}/adore", "vocab.model"
     argv = [
         "train-adore",
         "--gin_file=runs/adore.gin",
@@ -138,7 +149,7 @@ def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(trained_
     assert cli.main(argv) == 0
     before, after = samtone_jax.load(str(trained_run)), samtone_jax.load(str(model_dir))
     assert after.architecture == "ade"
-    assert {"config.gin", "vocab.model", "checkpoints", "index", "train"} <= {
+    assert {"config.gin", vocabulary, "checkpoints", "index", "train"} <= {
         p.name for p in paths.as_path(model_dir).iterdir()
     }
     collection = catalogue.collection("wordnet_definitions", "all")
