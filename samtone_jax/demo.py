@@ -165,12 +165,13 @@ def main(
         before = inference.Encoder(tuned.model, untrained, tuned.vocabulary, **lengths)
     results = {}
     k = min(100, len(corpus))
+    measures = metrics.measures_for_depth(k)  # what a top-k run measures faithfully (no R@1000)
     for name, encoder in ((demo.before, before), ("fine-tuned" if tower == "minilm" else "trained", tuned)):
         run = dense_run(encoder, queries, corpus, k=k)
-        results[f"{demo.model_name}, {name}"] = metrics.evaluate(test.qrels, run)
+        results[f"{demo.model_name}, {name}"] = metrics.evaluate(test.qrels, run, measures)
         log(f"evaluated the {name} model")
     bm25 = _bm25_run(query_ids, [queries[q] for q in query_ids], doc_ids, [corpus[d] for d in doc_ids], k)
-    results["BM25 (bm25s)"] = metrics.evaluate(test.qrels, bm25)
+    results["BM25 (bm25s)"] = metrics.evaluate(test.qrels, bm25, measures)
 
     print(f"\nheld-out WordNet examples -> definition among {len(corpus):,} definitions ({len(queries):,} queries)")
     print(f"{'system':40s} {'P@1':>7s} {'MRR':>7s} {'R@10':>7s}")

@@ -120,6 +120,7 @@ def test_demo_end_to_end_at_test_size(tmp_path, monkeypatch, capsys):
     assert results["step"] == 4 and results["queries"] == 20 and results["corpus"] == 200
     for system in results["results"].values():
         assert 0.0 <= system["P@1"] <= system["RR"] <= 1.0
+        assert "R@1000" not in system  # a top-100 run cannot measure it
     assert (tmp_path / "demo" / "vocab.model").exists() and (tmp_path / "demo" / "train").is_dir()
 
 
