@@ -32,6 +32,7 @@ import os
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -124,7 +125,8 @@ def main():
     args = parser.parse_args()
     import torch
 
-    from samtone_jax.data.packing import pack_batch, rows_needed
+    from samtone_jax.data.packing import pack_batch
+    from samtone_jax.train_batches import Packing
 
     torch.set_num_threads(os.cpu_count())
     folder = minilm_folder()
@@ -134,7 +136,7 @@ def main():
     )
     imported += "/m"
     batches = real_batches(f"{imported}/{run_folders.TOKENIZER}", args.batch, args.batches)
-    floor = tuple(max(rows_needed(b, 1, 8)[i] for b in batches) for i in (0, 1))
+    floor = Packing(max_segments=8).row_floor(types.SimpleNamespace(shape={"data": 1}), batches)  # as a run
     packed = [pack_batch(b, 1, 8, min_rows=floor) for b in batches]
     cut = [[b[k][:, : int(lengths_of(b[k]).max())] for k in ("query_tokens", "doc_tokens")] for b in batches]
     real = sum(int(lengths_of(b[k]).sum()) for b in batches for k in ("query_tokens", "doc_tokens"))

@@ -46,7 +46,14 @@ def test_adamw_steps_equal_torch_adamw_with_clipping_and_a_linear_schedule():
 
 
 def test_the_optimizer_kind_is_chosen_by_gin_and_a_bad_one_is_named():
-    tx, schedule = optimizer.make(train_steps=10, kind="adamw")
+    import gin
+
+    with gin.unlock_config():
+        gin.parse_config("optimizer.kind = 'adamw'")
+    try:
+        _, schedule = optimizer.make(train_steps=10)
+    finally:
+        gin.clear_config()
     assert float(schedule(0)) == pytest.approx(5e-5) and float(schedule(10)) == 0.0
     with pytest.raises(BadValueError, match="optimizer.kind = 'sgd': choose one of 'adafactor', 'adamw'"):
         optimizer.make(train_steps=10, kind="sgd")
