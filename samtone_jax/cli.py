@@ -96,6 +96,23 @@ def _task_flags(
     parser.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")
 
 
+def _eval_flags(p: argparse.ArgumentParser) -> None:
+    """samtone eval's plain flags: each sets the gin name commands.EVAL_FLAGS gives (over a gin file)."""
+    p.add_argument("--checkpoint", default=None, help="the model: a MODEL_DIR or imported folder (evaluate.model_dir)")
+    p.add_argument("--task", default=None, help="the task to evaluate on, see `samtone tasks` (evaluate.task)")
+    p.add_argument("--split", default=None, help="its split (evaluate.split; default: test)")
+    p.add_argument("--data_dir", default=None, help="data root (data_dir.path; default: $SAMTONE_DATA_DIR)")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (evaluate.step; default: the latest)")
+    p.add_argument("--vocabulary", default=None, help="vocabulary file (evaluate.vocabulary; default: the run's)")
+    p.add_argument("--query_length", type=int, default=None, help="default: the run's train.query_length")
+    p.add_argument("--doc_length", type=int, default=None, help="default: the run's train.doc_length")
+    p.add_argument("--max_queries", type=int, default=None, help="an even sample of this many queries (default: all)")
+    p.add_argument(
+        "--candidates", type=int, default=None, help="rank among this many documents, the gold ones kept (default: all)"
+    )
+    p.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")
+
+
 def _run_demo(args, bindings) -> int:
     from samtone_jax import demo  # the demo imports through commands.py: it is not one of them
 
@@ -119,7 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_gin_flags(p)
     p.add_argument("--format", required=True, choices=["hf", "t5x", "mtf", "sentence-transformers"])
-    p.add_argument("--src", required=True, help="source checkpoint (folder, file or TF prefix)")
+    p.add_argument(
+        "--src",
+        required=True,
+        help="source checkpoint (folder, file or TF prefix); 'all-MiniLM-L6-v2' (with --format=sentence-transformers): "
+        "the pretrained model the lock installs",
+    )
     p.add_argument("--dst", required=True, help="output parameter checkpoint directory")
     p.add_argument("--seed", type=int, default=0, help="seed for a projection the source lacks")
     p.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
@@ -130,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_gin_flags(p)
         _add_distributed_flags(p)
         if mode == "eval":
+            _eval_flags(p)
             p.add_argument(
                 "--dims",
                 default=None,
@@ -149,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--packing_max_segments", type=int, default=None, help="pack texts up to this many a row (same embeddings)"
     )
-    p.set_defaults(run=commands.cmd_encode)
+    _add_gin_flags(p)
+    p.set_defaults(run=commands.with_gin(commands.cmd_encode))
 
     p = sub.add_parser("analyze", help="the paper's embedding-space figures for one or more models")
     p.add_argument("--checkpoint", action="append", required=True, help="model to analyse (repeat to compare)")
@@ -163,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ratio_pairs", type=int, default=10000, help="random (i, j) pairs of the similarity ratio")
     p.add_argument("--max_queries", type=int, default=None, help="analyse the first N queries by id")
     p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(run=commands.cmd_analyze)
+    _add_gin_flags(p)
+    p.set_defaults(run=commands.with_gin(commands.cmd_analyze))
 
     p = sub.add_parser("export", help="a sentence-transformers / Hugging Face folder of a trained model")
     p.add_argument("--checkpoint", required=True, help="a MODEL_DIR, MODEL_DIR/checkpoints/<step> or parameter dir")
@@ -188,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", choices=["top", "sample"], default="top")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    p.set_defaults(run=commands.cmd_mine)
+    _add_gin_flags(p)
+    p.set_defaults(run=commands.with_gin(commands.cmd_mine))
 
     p = sub.add_parser("score", help="a teacher's scores of a task's training pairs and candidates (for distillation)")
     p.add_argument(
@@ -211,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard_size", type=int, default=1000, help="queries per resumable shard")
     p.add_argument("--batch_size", type=int, default=64, help="texts per batch of a model teacher")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    p.set_defaults(run=commands.cmd_score)
+    _add_gin_flags(p)
+    p.set_defaults(run=commands.with_gin(commands.cmd_score))
 
     p = sub.add_parser("compare", help="eval JSONs side by side with paired significance tests")
     p.add_argument("runs", nargs="+", help="eval JSON files (MODEL_DIR/eval/*.json); the first is the baseline")
@@ -228,14 +255,21 @@ def build_parser() -> argparse.ArgumentParser:
     _task_flags(p, "tasks and / or mixtures, comma-separated (each task's texts once, weighted by its size)")
     p.add_argument("--vocab_size", type=int, required=True)
     p.add_argument("--out", required=True, help="output .model file (written atomically)")
-    p.set_defaults(run=commands.cmd_build_vocab)
+    _add_gin_flags(p)
+    p.set_defaults(run=commands.with_gin(commands.cmd_build_vocab))
 
     p = sub.add_parser("data-stats", help="examples, unique queries / documents, truncation of a task")
     _task_flags(p)
     p.add_argument("--vocab", default=None, help="SentencePiece model for the truncation rate (default: none)")
     p.add_argument("--query_length", type=int, default=64)
     p.add_argument("--doc_length", type=int, default=128)
-    p.set_defaults(run=commands.cmd_data_stats)
+    _add_gin_flags(p)
+    p.set_defaults(run=commands.with_gin(commands.cmd_data_stats))
+
+    p = sub.add_parser("tasks", help="every task with its splits and the files it reads, and every mixture")
+    _add_gin_flags(p)
+    p.add_argument("--data_dir", default=None, help="data root shown (default: $SAMTONE_DATA_DIR)")
+    p.set_defaults(run=commands.with_gin(commands.cmd_tasks))
 
     p = sub.add_parser(
         "demo", help="the embedded end-to-end example: fine-tune all-MiniLM-L6-v2 on WordNet and evaluate (CPU)"
@@ -269,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from samtone_jax.errors import UserError, one_line
 
+    if bindings and not hasattr(args, "gin_file"):
+        print(f"samtone {args.mode}: error: this mode takes no gin settings (got --gin.{bindings[0]})", file=sys.stderr)
+        return 2
     try:
         return args.run(args, bindings)
     except UserError as e:

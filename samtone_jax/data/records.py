@@ -14,6 +14,7 @@ import gzip
 import io
 import json
 import logging
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,6 +41,24 @@ class ReadStats(collections.Counter):
         problems = {k: v for k, v in self.items() if v}
         if problems:
             log.warning("%s: %s", what, ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in sorted(problems.items())))
+
+
+def unique_ids(rows, path: str, kind: str, stats: ReadStats) -> dict[str, str]:
+    """{id: text} of numbered (line, (id, text)) rows: an id repeated with the same text is counted
+    (`duplicate_<kind>_lines`), with another text it is an error naming both lines, never a silent
+    overwrite of the text a judgement was made on."""
+    table: dict[str, str] = {}
+    first: dict[str, int] = {}
+    for line, (key, text) in rows:
+        if key not in table:
+            table[key], first[key] = text, line
+        elif table[key] == text:
+            stats[f"duplicate_{kind}_lines"] += 1
+        else:
+            raise BadRecordError(
+                f"{path}:{line}: {kind} id {key!r} is also on line {first[key]} with another text; ids must be unique"
+            )
+    return table
 
 
 @contextlib.contextmanager
@@ -70,11 +89,24 @@ def read_lines(
     stats: ReadStats,
     skip_bad_records: bool = False,
     skip_first: bool = False,
+    numbered: bool = False,
 ) -> Iterator[Any]:
-    """Yield parse(line) for each non-empty line; a failure (bad UTF-8 included) names file:line
-    (or is counted). Lines are decoded one by one, inside the per-line check."""
+    """Yield parse(line) (numbered: (line number, parse(line))) for each non-empty line; a failure
+    (bad UTF-8 included) names file:line (or is counted). Lines are decoded one by one, inside the
+    per-line check."""
     with open_binary(path) as f:
-        for number, raw in enumerate(f, start=1):
+        lines, number = iter(f), 0
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                return
+            except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a cut-short download, a corrupt .gz
+                raise BadRecordError(
+                    f"{path}: unreadable after line {number} ({type(e).__name__}: {e}): the file is truncated "
+                    "or corrupt; download or copy it again"
+                ) from e
+            number += 1
             try:
                 line = raw.decode("utf-8")
                 if (skip_first and number == 1) or not line.strip():
@@ -85,26 +117,32 @@ def read_lines(
                     raise BadRecordError(f"{path}:{number}: {type(e).__name__}: {e} ({SKIP_HINT})") from e
                 stats["bad_records"] += 1
                 continue
-            yield parsed
+            yield (number, parsed) if numbered else parsed
 
 
-def read_jsonl(path: str, stats: ReadStats, skip_bad_records: bool = False, require=()) -> Iterator[dict]:
-    """JSON objects one per line; `require` names keys that must be present."""
-
-    def parse(line: str) -> dict:
-        record = json.loads(line)
-        if not isinstance(record, dict):
-            raise BadValueError(f"expected a JSON object, got {type(record).__name__}")
-        missing = [k for k in require if k not in record]
-        if missing:
-            raise KeyError(f"missing field(s) {missing}")
-        return record
-
-    yield from read_lines(path, parse, stats, skip_bad_records)
+def read_jsonl(
+    path: str, stats: ReadStats, skip_bad_records: bool = False, require=(), numbered: bool = False
+) -> Iterator[dict]:
+    """JSON objects one per line (numbered: with line numbers); `require` names keys that must be present."""
+    yield from read_lines(path, lambda line: json_object(line, require), stats, skip_bad_records, numbered=numbered)
 
 
-def read_tsv(path: str, columns: int, stats: ReadStats, skip_bad_records: bool = False, header: bool = False):
-    """Tab-separated rows of exactly `columns` fields (the last may contain no tab)."""
+def json_object(line: str, require=()) -> dict:
+    """One JSON-lines record: an object with the keys `require` names."""
+    record = json.loads(line)
+    if not isinstance(record, dict):
+        raise BadValueError(f"expected a JSON object, got {type(record).__name__}")
+    missing = [k for k in require if k not in record]
+    if missing:
+        raise KeyError(f"missing field(s) {missing}")
+    return record
+
+
+def read_tsv(
+    path: str, columns: int, stats: ReadStats, skip_bad_records: bool = False, header: bool = False, numbered=False
+):
+    """Tab-separated rows of exactly `columns` fields (the last may contain no tab); numbered: with
+    line numbers."""
 
     def parse(line: str) -> list[str]:
         fields = line.split("\t")
@@ -112,4 +150,4 @@ def read_tsv(path: str, columns: int, stats: ReadStats, skip_bad_records: bool =
             raise BadValueError(f"expected {columns} tab-separated fields, got {len(fields)}")
         return fields
 
-    yield from read_lines(path, parse, stats, skip_bad_records, skip_first=header)
+    yield from read_lines(path, parse, stats, skip_bad_records, skip_first=header, numbered=numbered)

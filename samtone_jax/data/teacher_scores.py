@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 
-from samtone_jax.data.records import ReadStats, read_lines
+from samtone_jax.data.records import ReadStats, json_object, read_lines
 from samtone_jax.errors import BadValueError
 
 
@@ -62,13 +62,7 @@ def read(path: str, stats: ReadStats, skip_bad_records: bool = False):
     negatives, scores = {}, {}
 
     def parse(line: str):
-        record = json.loads(line)
-        if not isinstance(record, dict):
-            raise BadValueError(f"expected a JSON object, got {type(record).__name__}")
-        missing = [k for k in ("qid", "negatives") if k not in record]
-        if missing:
-            raise KeyError(f"missing field(s) {missing}")
-        return _parse(record)
+        return _parse(json_object(line, require=("qid", "negatives")))
 
     for qid, row_negatives, scored in read_lines(path, parse, stats, skip_bad_records):
         negatives[qid] = row_negatives

@@ -6,10 +6,13 @@
   multireqa_squad_dev_paragraphs  the same questions and split, SQuAD paragraphs as documents
                        (~5 questions per document: the duplicate-heavy setting)
   msmarco_passage      official MS MARCO passage files (train / dev), hard negatives if present
-  beir_<name>          BEIR datasets (test, and dev / train where BEIR has them), eval only
+  beir_<name>          BEIR datasets (test, and dev / train where BEIR has them)
   wordnet_definitions  WordNet 3.0 example sentence -> definition (train / test), the demo data
-  <any name>           a TensorFlow Datasets dataset, declared in gin `tfds_tasks.tasks` (its query and
-                       document features), read through seqio.TfdsDataSource
+  <any name>           declared in gin (tasks/declared.py): a TensorFlow Datasets dataset
+                       (`tfds_tasks.tasks`) or your own files, JSONL pairs / a BEIR folder / an MS
+                       MARCO-style folder at any local or gs:// path (`local_tasks.tasks`)
+Mixtures: the built-in MIXTURES and gin's `mixtures.declared` (any tasks, with rates).
+`samtone tasks` lists every task with its splits and the files it reads.
 
 Each task yields, per relevant (query, document) pair: `query`, `document` (tokenised),
 `query_id`, `doc_id` (int64 hashes of the normalised texts: duplicates share ids) and, with
@@ -30,6 +33,7 @@ from samtone_jax import paths
 from samtone_jax.data import msmarco, multireqa, wordnet
 from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.errors import BadValueError
+from samtone_jax.tasks import declared
 
 BEIR_DATASETS = (
     "arguana",
@@ -120,21 +124,20 @@ def _beir(name: str, split: str, skip_bad_records: bool = False) -> RetrievalCol
     return msmarco.load_beir(paths.join(data_dir(), "beir", name), split, skip_bad_records, name=f"beir_{name}")
 
 
-# name -> (loader(split, skip_bad_records), splits, trainable)
+# name -> (loader(split, skip_bad_records), splits)
 LOADERS: dict[str, tuple] = {
-    "wordnet_definitions": (_wordnet, ("train", "test", "all"), True),
-    "multireqa_squad_dev": (_squad_dev, ("train", "test", "all"), True),
-    "multireqa_squad_dev_paragraphs": (functools.partial(_squad_dev, paragraphs=True), ("train", "test", "all"), True),
-    "msmarco_passage": (_msmarco, ("train", "dev"), True),
+    "wordnet_definitions": (_wordnet, ("train", "test", "all")),
+    "multireqa_squad_dev": (_squad_dev, ("train", "test", "all")),
+    "multireqa_squad_dev_paragraphs": (functools.partial(_squad_dev, paragraphs=True), ("train", "test", "all")),
+    "msmarco_passage": (_msmarco, ("train", "dev")),
 }
 for _suffix, (_, _has_train) in multireqa.DATASETS.items():
     LOADERS[f"multireqa_{_suffix}"] = (
         functools.partial(_multireqa, _suffix),
         ("train", "test") if _has_train else ("test",),
-        _has_train,
     )
 for _name in BEIR_DATASETS:
-    LOADERS[f"beir_{_name.replace('-', '_')}"] = (functools.partial(_beir, _name), ("test", "dev", "train"), False)
+    LOADERS[f"beir_{_name.replace('-', '_')}"] = (functools.partial(_beir, _name), ("test", "dev", "train"))
 
 
 # Mixtures (registered by tasks/registration.py with equal rates): name -> member tasks.
@@ -153,65 +156,36 @@ MIXTURES: dict[str, tuple[str, ...]] = {
 
 
 @gin.configurable
-def tfds_tasks(tasks: dict | None = None) -> dict:
-    """Tasks over TensorFlow Datasets, as gin `tfds_tasks.tasks = {NAME: SPEC}`; SPEC:
-
-      tfds_name   'dataset/config:version' (as tfds.load names it)
-      query, document   the features holding the two texts ('a/b' reaches into a nested feature)
-      splits      the TFDS splits the task has (default ('train',))
-      data_dir    the TFDS data directory (default: TFDS's own, $TFDS_DATA_DIR)
-
-    Read through seqio.TfdsDataSource (TFDS's versioning and data_dir, local or gs://); each example
-    is one relevant (query, document) pair, ids by text (duplicates share them), so the task trains,
-    mines, scores, evaluates and mixes like any other."""
-    out = dict(tasks or {})
-    for name, spec in out.items():
-        missing = {"tfds_name", "query", "document"} - set(spec)
-        if missing or name in LOADERS:
-            raise BadValueError(
-                f"tfds_tasks.tasks[{name!r}]: "
-                + (f"missing {sorted(missing)}" if missing else "a built-in task's name")
-            )
+def mixtures(declared: dict | None = None) -> dict[str, dict[str, float]]:
+    """Every mixture as {name: {task: rate}}: the built-in MIXTURES (equal rates) and gin's
+    `mixtures.declared = {NAME: {TASK: RATE, ...}}` (or NAME: [TASK, ...] for equal rates) over any
+    tasks, built-in, TFDS or local (train.task_batches draws one task a batch by these rates)."""
+    out = {name: dict.fromkeys(members, 1.0) for name, members in MIXTURES.items()}
+    tasks = loaders()
+    for name, members in dict(declared or {}).items():
+        where = f"mixtures.declared[{name!r}]"
+        if name in out or name in tasks:
+            raise BadValueError(f"{where}: {name!r} is already a task's or a mixture's name; choose another")
+        rates = dict.fromkeys(members, 1.0) if isinstance(members, (list, tuple)) else members
+        if not isinstance(rates, dict) or not rates:
+            raise BadValueError(f"{where} must be {{TASK: RATE, ...}} or [TASK, ...]; got {members!r}")
+        unknown = sorted(set(rates) - set(tasks))
+        if unknown:
+            raise BadValueError(f"{where}: unknown task(s) {unknown}; tasks: {', '.join(sorted(tasks))}")
+        bad = {t: r for t, r in rates.items() if isinstance(r, bool) or not isinstance(r, (int, float)) or r < 0}
+        if bad or not any(rates.values()):
+            raise BadValueError(f"{where}: rates must be numbers >= 0, not all 0; got {rates!r}")
+        out[name] = {t: float(r) for t, r in rates.items()}
     return out
 
 
-def _tfds(spec: dict, split: str, skip_bad_records: bool = False) -> RetrievalCollection:
-    import seqio
-
-    from samtone_jax.data.collection import text_id
-    from samtone_jax.data.records import ReadStats
-
-    source = seqio.TfdsDataSource(spec["tfds_name"], tfds_data_dir=spec.get("data_dir"))
-
-    def text(example, feature: str) -> str:
-        value = example
-        for key in feature.split("/"):
-            if key not in value:
-                raise BadValueError(
-                    f"TFDS dataset {spec['tfds_name']} has no feature {feature!r} (features: {sorted(example)}): "
-                    "fix tfds_tasks.tasks' query / document"
-                )
-            value = value[key]
-        return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-    stats, queries, corpus, qrels = ReadStats(), {}, {}, {}
-    for example in source.get_dataset(split, shuffle=False).as_numpy_iterator():
-        query, document = text(example, spec["query"]), text(example, spec["document"])
-        if not query.strip() or not document.strip():
-            stats["pairs_with_an_empty_text"] += 1
-            continue
-        qid, did = f"q{text_id(query)}", f"d{text_id(document)}"
-        queries[qid], corpus[did] = query, document
-        qrels.setdefault(qid, {})[did] = 1
-    return RetrievalCollection(spec["tfds_name"], queries, corpus, qrels, stats=stats)
-
-
 def loaders() -> dict[str, tuple]:
-    """Every task: the built-in ones (LOADERS) and gin's tfds_tasks."""
-    extra = {
-        name: (functools.partial(_tfds, spec), tuple(spec.get("splits", ("train",))), True)
-        for name, spec in tfds_tasks().items()
-    }
+    """Every task, name -> (loader(split, skip_bad_records), splits): the built-in ones (LOADERS)
+    and those declared in gin (tasks/declared.py: tfds_tasks, local_tasks)."""
+    extra = declared.tasks()
+    taken = sorted(set(extra) & set(LOADERS))
+    if taken:
+        raise BadValueError(f"gin declares task(s) {taken}, which are built-in tasks' names; choose others")
     return {**LOADERS, **extra}
 
 
@@ -221,7 +195,7 @@ def task_names() -> list[str]:
 
 @functools.lru_cache(maxsize=8)
 def _load_cached(name: str, split: str, skip_bad_records: bool, root_key: str, negatives: str | None):
-    loader, _, _ = loaders()[name]
+    loader, _ = loaders()[name]
     collection = loader(split, skip_bad_records)
     if negatives:
         from samtone_jax.data import teacher_scores
@@ -246,7 +220,7 @@ def collection(name: str, split: str, skip_bad: bool | None = None) -> Retrieval
     every = loaders()
     if name not in every:
         raise BadValueError(f"unknown task {name!r}; registered tasks: {', '.join(task_names())}")
-    _, splits, _ = every[name]
+    _, splits = every[name]
     if split not in splits:
         raise BadValueError(f"task {name!r} has splits {splits}; got {split!r}")
     return _load_cached(name, split, skip_bad, root_of(name), hard_negatives_file())
@@ -254,7 +228,43 @@ def collection(name: str, split: str, skip_bad: bool | None = None) -> Retrieval
 
 def root_of(name: str) -> str:
     """The folder task `name` reads from now (part of every cache key)."""
-    spec = tfds_tasks().get(name)
-    if spec is not None:
-        return f"tfds:{spec['tfds_name']}@{spec.get('data_dir') or os.environ.get('TFDS_DATA_DIR', '')}"
+    source = declared.source_of(name)
+    if source is not None:
+        return source
     return wordnet_dir() if name == "wordnet_definitions" else data_dir()
+
+
+def files_of(name: str) -> str:
+    """The files task `name` reads, for a person (`samtone tasks`); DATA_DIR where no data root is set."""
+    found = declared.files_of(name)
+    if found:
+        return found
+    try:
+        root = data_dir().rstrip("/")
+    except BadValueError:
+        root = "DATA_DIR"
+    if name == "wordnet_definitions":
+        return f"{wordnet_dir()}/data.{{noun,verb,adj,adv}} (Debian wordnet-base; gin wordnet_dir.path)"
+    if name.startswith("multireqa_squad_dev"):
+        return f"{root}/multireqa_squad_dev/, {root}/squad_v1.1/dev-v1.1.json"
+    if name == "msmarco_passage":
+        return f"{root}/msmarco_passage/: collection.tsv, queries.<split>.tsv, qrels.<split>.tsv"
+    loader = LOADERS[name][0]
+    if name.startswith("beir_"):
+        return f"{root}/beir/{loader.args[0]}/: corpus.jsonl, queries.jsonl, qrels/<split>.tsv"
+    split = LOADERS[name][1][0]
+    files = multireqa.official_paths("/", loader.args[0], split)  # relative to the root
+    return f"{split}: " + ", ".join(f"{root}{f}" for f in files)
+
+
+def describe() -> str:
+    """Every task with its splits and files, then every mixture with its rates."""
+    every = loaders()
+    lines = ["tasks (train.task / evaluate.task / --task):"]
+    for name in sorted(every):
+        lines += [f"  {name}", f"      splits: {', '.join(every[name][1])}", f"      reads:  {files_of(name)}"]
+    lines.append("mixtures (train.task; train.task_batches draws one task a batch):")
+    for name, rates in sorted(mixtures().items()):
+        lines.append(f"  {name}: " + ", ".join(f"{task} {rate:g}" for task, rate in rates.items()))
+    lines.append("your own data: gin local_tasks.tasks (tasks/declared.py; README 'Train on your own data')")
+    return "\n".join(lines)

@@ -20,7 +20,7 @@ from samtone_jax.data.collection import text_id
 from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.data.input_spec import InputSpec
 from samtone_jax.errors import BadValueError
-from samtone_jax.tasks import catalogue, prompts
+from samtone_jax.tasks import catalogue, declared, prompts
 from samtone_jax.tensorflow_setup import tf
 
 
@@ -163,7 +163,9 @@ def register(spec: InputSpec = InputSpec()) -> None:
     negatives, teacher features); nothing changes when the registry already holds exactly these."""
     global _registered
     every = catalogue.loaders()
-    key = (spec.vocabulary, spec.columns, repr(catalogue.tfds_tasks()), tuple(sorted(every)))
+    every_mixture = catalogue.mixtures()
+    gin_declared = repr((declared.tfds_tasks(), declared.local_tasks(), every_mixture))
+    key = (spec.vocabulary, spec.columns, gin_declared, tuple(sorted(every)))
     if key == _registered and all(name in seqio.TaskRegistry.names() for name in every):
         return
     vocabulary = vocab_lib.vocabulary(spec.vocabulary)
@@ -172,7 +174,7 @@ def register(spec: InputSpec = InputSpec()) -> None:
         "query": seqio.Feature(vocabulary, add_eos=False),
         "document": seqio.Feature(vocabulary, add_eos=False),
     }
-    for name, (_, splits, _) in every.items():
+    for name, (_, splits) in every.items():
         seqio.TaskRegistry.remove(name)
         seqio.TaskRegistry.add(
             name,
@@ -180,9 +182,9 @@ def register(spec: InputSpec = InputSpec()) -> None:
             output_features=output_features,
             preprocessors=[seqio.preprocessors.tokenize, _tokenize_negatives],
         )
-    for mixture, members in catalogue.MIXTURES.items():  # named in the TF-free catalogue
+    for mixture, rates in every_mixture.items():  # named in the TF-free catalogue
         seqio.MixtureRegistry.remove(mixture)
-        seqio.MixtureRegistry.add(mixture, [(m, 1.0) for m in members])
+        seqio.MixtureRegistry.add(mixture, list(rates.items()))
     _registered = key
 
 
