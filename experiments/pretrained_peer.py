@@ -125,7 +125,7 @@ def main():
             "import-checkpoint",
             "--format=sentence-transformers",
             f"--src={folder}",
-            f"--dst={init}",
+            f"--out={init}",
             log=f"{out}/import.log",
         )
     tokenizer = f"{init}/tokenizer.json"
@@ -156,7 +156,7 @@ def main():
                         "import-checkpoint",
                         "--format=sentence-transformers",
                         f"--src={st_folder}",
-                        f"--dst={model_dir}",
+                        f"--out={model_dir}",
                         "--overwrite",
                         log=f"{out}/{name}_import.log",
                     )

@@ -18,6 +18,60 @@ from samtone_jax.hard_negatives.teachers import KINDS as TEACHER_KINDS
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's INFO lines; its CUDA probe: tensorflow_setup.py
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every flag's help ends with its default (when it has one the help does not already state);
+    the epilog (an example) keeps its lines."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if action.option_strings and "default" not in text and default not in (None, False, [], argparse.SUPPRESS):
+            text += f" (default: {default})"
+        return text
+
+
+class _Deprecated(argparse.Action):
+    """An old spelling of a flag: still works, says the new one on stderr (scripts keep running)."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"samtone: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def _out_flag(p: argparse.ArgumentParser, help: str) -> None:
+    """--out, the one name of every mode's output (--dst: its old spelling in import-checkpoint / export)."""
+    p.add_argument("--out", default=None, help=help + " (required)")
+    p.add_argument("--dst", dest="out", action=_Deprecated, new="--out")
+
+
+# One example a mode (`samtone MODE --help` shows it).
+EXAMPLES = {
+    "import-checkpoint": "samtone import-checkpoint --format=sentence-transformers --src=all-MiniLM-L6-v2 "
+    "--out=runs/minilm",
+    "train": "samtone train --gin_file=runs/minilm/model.gin --gin_file=runs/finetune_minilm.gin "
+    "--gin.train.task=\"'wordnet_definitions'\" --gin.MODEL_DIR=\"'runs/my_model'\"",
+    "train-adore": "samtone train-adore --gin_file=runs/adore.gin --gin.INIT=\"'runs/my_model'\" "
+    "--gin.MODEL_DIR=\"'runs/adore'\" --gin.TASK=\"'multireqa_squad_dev'\"",
+    "eval": "samtone eval --checkpoint=runs/my_model --task=wordnet_definitions --max_queries=2000 --candidates=20000",
+    "encode": "samtone encode --checkpoint=runs/my_model --task=wordnet_definitions --split=test --side=document",
+    "analyze": "samtone analyze --checkpoint=runs/minilm --checkpoint=runs/my_model --task=wordnet_definitions "
+    "--split=test --out=/tmp/figures",
+    "export": "samtone export --checkpoint=runs/my_model --format=sentence-transformers --out=runs/my_model_st",
+    "mine": "samtone mine --bm25 --task=multireqa_squad_dev --out=/tmp/negatives.tsv --num_negatives=8",
+    "score": "samtone score --teacher=bm25 --task=multireqa_squad_dev --out=/tmp/scores.jsonl",
+    "compare": "samtone compare runs/a/eval/wordnet_definitions_test_step500.json "
+    "runs/b/eval/wordnet_definitions_test_step500.json --measures P@1 RR",
+    "build-vocab": "samtone build-vocab --task=wordnet_definitions --vocab_size=8000 --out=/tmp/wn.model",
+    "data-stats": "samtone data-stats --task=wordnet_definitions --split=train --vocabulary=/tmp/wn.model",
+    "tasks": "samtone tasks --gin_file=my_data.gin",
+    "demo": "samtone demo [--candidates=0] [--tower=t5]",
+}
+
+
 def _split_gin_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     """Pull `--gin.NAME=VALUE` out of argv as gin bindings `NAME = VALUE`."""
     rest, bindings = [], []
@@ -54,8 +108,10 @@ GIN_MODES = (
 def _add_distributed_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--multihost", action="store_true", help="jax.distributed.initialize() from the environment (TPU)")
     p.add_argument("--coordinator_address", default=None, help="host:port of process 0 (multi-process)")
-    p.add_argument("--num_processes", type=int, default=None)
-    p.add_argument("--process_id", type=int, default=None)
+    p.add_argument(
+        "--num_processes", type=int, default=None, help="processes in all (multi-process, with --process_id)"
+    )
+    p.add_argument("--process_id", type=int, default=None, help="this process's index in [0, --num_processes)")
     p.add_argument("--num_cpu_devices", type=int, default=None, help="CPU devices per process (testing)")
     p.add_argument(
         "--heartbeat_timeout_seconds",
@@ -128,23 +184,34 @@ def _run_demo(args, bindings) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="samtone", description=__doc__.splitlines()[0])
     parser.add_argument("--verbosity", default="INFO", help="logging level (DEBUG, INFO, WARNING)")
-    sub = parser.add_subparsers(dest="mode", required=True, metavar="mode")
+    subparsers = parser.add_subparsers(dest="mode", required=True, metavar="mode")
+
+    class sub:  # every mode with the defaults-showing help and its example
+        @staticmethod
+        def add_parser(name: str, **kwargs) -> argparse.ArgumentParser:
+            epilog = f"example:\n  {EXAMPLES[name]}"
+            return subparsers.add_parser(name, formatter_class=_HelpFormatter, epilog=epilog, **kwargs)
 
     p = sub.add_parser(
         "import-checkpoint",
         help="convert a T5 (HF / T5X / Mesh-TF) or BERT-family (HF / sentence-transformers) checkpoint to ours",
     )
     _add_gin_flags(p)
-    p.add_argument("--format", required=True, choices=["hf", "t5x", "mtf", "sentence-transformers"])
+    p.add_argument(
+        "--format",
+        required=True,
+        choices=["hf", "t5x", "mtf", "sentence-transformers"],
+        help="hf: a Hugging Face T5 / BERT folder; t5x, mtf: T5X / Mesh-TF T5 checkpoints; sentence-transformers",
+    )
     p.add_argument(
         "--src",
         required=True,
         help="source checkpoint (folder, file or TF prefix); 'all-MiniLM-L6-v2' (with --format=sentence-transformers): "
         "the pretrained model the lock installs",
     )
-    p.add_argument("--dst", required=True, help="output parameter checkpoint directory")
+    _out_flag(p, "output parameter checkpoint folder (an INIT_CHECKPOINT)")
     p.add_argument("--seed", type=int, default=0, help="seed for a projection the source lacks")
-    p.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.set_defaults(run=commands.cmd_import_checkpoint)
 
     for mode, module, function, report_final, text in GIN_MODES:
@@ -165,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     _checkpoint_flags(p)
     _task_flags(p)
     _add_distributed_flags(p)
-    p.add_argument("--side", choices=["query", "document", "both"], default="both")
+    p.add_argument("--side", choices=["query", "document", "both"], default="both", help="which texts to embed")
     p.add_argument("--out", default=None, help="output folder (default: <MODEL_DIR>/embeddings/<task>_<split>_step<N>)")
     p.add_argument("--shard_size", type=int, default=65536, help="rows per shard file (the unit of resumption)")
     p.add_argument("--batch_size", type=int, default=256, help="texts (packed: rows) a batch (rounded to the devices)")
@@ -179,39 +246,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", action="append", required=True, help="model to analyse (repeat to compare)")
     p.add_argument("--name", action="append", default=None, help="display name per --checkpoint")
     p.add_argument("--vocabulary", default=None, help="SentencePiece model (default: each run's)")
-    p.add_argument("--query_length", type=int, default=None)
-    p.add_argument("--doc_length", type=int, default=None)
+    p.add_argument("--query_length", type=int, default=None, help="default: each run's train.query_length")
+    p.add_argument("--doc_length", type=int, default=None, help="default: each run's train.doc_length")
     _task_flags(p)
     p.add_argument("--out", required=True, help="folder for the PNGs, summary.json and report.md")
     p.add_argument("--tsne_sample", type=int, default=500, help="(query, gold document) pairs in the t-SNE")
     p.add_argument("--ratio_pairs", type=int, default=10000, help="random (i, j) pairs of the similarity ratio")
     p.add_argument("--max_queries", type=int, default=None, help="analyse the first N queries by id")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the t-SNE sample and the random pairs")
     _add_gin_flags(p)
     p.set_defaults(run=commands.with_gin(commands.cmd_analyze))
 
     p = sub.add_parser("export", help="a sentence-transformers / Hugging Face folder of a trained model")
     p.add_argument("--checkpoint", required=True, help="a MODEL_DIR, MODEL_DIR/checkpoints/<step> or parameter dir")
-    p.add_argument("--format", required=True, choices=["sentence-transformers", "hf"])
-    p.add_argument("--dst", required=True, help="output folder (written atomically)")
+    p.add_argument(
+        "--format",
+        required=True,
+        choices=["sentence-transformers", "hf"],
+        help="a sentence-transformers folder, or a Hugging Face model folder (+ the projection)",
+    )
+    _out_flag(p, "output folder (written atomically)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
     p.add_argument("--vocabulary", default=None, help="SentencePiece model (default: the run's)")
-    p.add_argument("--overwrite", action="store_true", help="replace --dst if it exists")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.set_defaults(run=commands.cmd_export)
 
     p = sub.add_parser("mine", help="hard negatives for a task's queries, from a trained model or BM25")
     p.add_argument("--checkpoint", default=None, help="dense mining with this model (MODEL_DIR or checkpoint)")
     p.add_argument("--bm25", action="store_true", help="BM25 mining (bm25s) instead of a model")
-    p.add_argument("--step", type=int, default=None)
-    p.add_argument("--vocabulary", default=None)
+    p.add_argument("--step", type=int, default=None, help="checkpoint step of --checkpoint (default: the latest)")
+    p.add_argument("--vocabulary", default=None, help="vocabulary of --checkpoint (default: the run's)")
     _task_flags(p)
     p.add_argument("--out", required=True, help="output TSV 'query_id<TAB>doc_id,doc_id,...' (+ OUT.json counts)")
-    p.add_argument("--num_negatives", type=int, default=8)
+    p.add_argument("--num_negatives", type=int, default=8, help="negatives kept a query")
     p.add_argument("--range_min", type=int, default=0, help="first retrieved rank kept (0-based)")
     p.add_argument("--range_max", type=int, default=100, help="retrieval depth; ranks >= this are ignored")
     _false_negative_flags(p)
-    p.add_argument("--strategy", choices=["top", "sample"], default="top")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--strategy", choices=["top", "sample"], default="top", help="the best-ranked candidates, or a random sample"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of --strategy=sample")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     _add_gin_flags(p)
     p.set_defaults(run=commands.with_gin(commands.cmd_mine))
@@ -223,7 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="'bm25', or a samtone MODEL_DIR / checkpoint / export, a sentence-transformers folder or a "
         "CrossEncoder folder",
     )
-    p.add_argument("--teacher_kind", default="auto", choices=TEACHER_KINDS)
+    p.add_argument(
+        "--teacher_kind", default="auto", choices=TEACHER_KINDS, help="what --teacher is (auto: from its files)"
+    )
     p.add_argument("--step", type=int, default=None, help="checkpoint step of a samtone teacher (default: latest)")
     p.add_argument("--vocabulary", default=None, help="SentencePiece model of a samtone teacher (default: its own)")
     _task_flags(p)
@@ -243,9 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="eval JSONs side by side with paired significance tests")
     p.add_argument("runs", nargs="+", help="eval JSON files (MODEL_DIR/eval/*.json); the first is the baseline")
     p.add_argument("--measures", nargs="+", default=None, help="measure names (default: all shared)")
-    p.add_argument("--test", choices=["randomization", "bootstrap"], default="randomization")
-    p.add_argument("--trials", type=int, default=10000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--test", choices=["randomization", "bootstrap"], default="randomization", help="paired significance test"
+    )
+    p.add_argument("--trials", type=int, default=10000, help="random permutations / resamples of the test")
+    p.add_argument("--seed", type=int, default=0, help="seed of the test")
     p.add_argument("--allow_partial", action="store_true", help="compare on the queries all runs share")
     p.set_defaults(run=commands.cmd_compare)
 
@@ -253,16 +331,17 @@ def build_parser() -> argparse.ArgumentParser:
         "build-vocab", help="train a SentencePiece vocabulary on the text of a task, tasks (a,b) or a mixture"
     )
     _task_flags(p, "tasks and / or mixtures, comma-separated (each task's texts once, weighted by its size)")
-    p.add_argument("--vocab_size", type=int, required=True)
+    p.add_argument("--vocab_size", type=int, required=True, help="pieces in the vocabulary (e.g. 32000)")
     p.add_argument("--out", required=True, help="output .model file (written atomically)")
     _add_gin_flags(p)
     p.set_defaults(run=commands.with_gin(commands.cmd_build_vocab))
 
     p = sub.add_parser("data-stats", help="examples, unique queries / documents, truncation of a task")
     _task_flags(p)
-    p.add_argument("--vocab", default=None, help="SentencePiece model for the truncation rate (default: none)")
-    p.add_argument("--query_length", type=int, default=64)
-    p.add_argument("--doc_length", type=int, default=128)
+    p.add_argument("--vocabulary", default=None, help="SentencePiece model for the truncation rate (default: none)")
+    p.add_argument("--vocab", dest="vocabulary", action=_Deprecated, new="--vocabulary")
+    p.add_argument("--query_length", type=int, default=64, help="query length for the truncation rate")
+    p.add_argument("--doc_length", type=int, default=128, help="document length for the truncation rate")
     _add_gin_flags(p)
     p.set_defaults(run=commands.with_gin(commands.cmd_data_stats))
 

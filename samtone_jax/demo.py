@@ -78,8 +78,8 @@ def _import_minilm(destination: str, log) -> None:
     if (paths.as_path(destination) / run_folders.COMMIT_MARKER).exists():
         return
     source = minilm_folder()  # what `--src=all-MiniLM-L6-v2` names
-    flags = dict(format="sentence-transformers", src=source, dst=destination, gin_file=[], gin_bindings=[])
-    commands.cmd_import_checkpoint(argparse.Namespace(**flags, seed=0, overwrite=False), [])
+    flags = dict(format="sentence-transformers", src=source, out=destination, gin_file=[], gin_bindings=[])
+    commands.cmd_import_checkpoint(argparse.Namespace(**flags, seed=0, overwrite=False, mode="demo"), [])
     log(f"imported all-MiniLM-L6-v2 from {source} into {destination}")
 
 

@@ -150,7 +150,7 @@ def test_build_vocab_is_deterministic_and_data_stats_reports_duplicates(fixture_
     assert outs[0].read_bytes() == outs[1].read_bytes()
     assert sorted(p.name for p in outs[0].parent.iterdir()) == ["v.model"]  # no temporary left
     capsys.readouterr()
-    assert cli.main(["data-stats", "--task=msmarco_passage", f"--vocab={fixture_tasks}", "--doc_length=4"]) == 0
+    assert cli.main(["data-stats", "--task=msmarco_passage", f"--vocabulary={fixture_tasks}", "--doc_length=4"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["examples"] == 2 and stats["unique_documents"] == 2
     assert stats["problems"] == {

@@ -39,7 +39,7 @@ def test_sentence_transformers_export_embeds_like_ours_offline(trained_any, tmp_
 
     architecture, run = trained_any
     dst = tmp_path / "st"
-    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--dst={dst}"]) == 0
+    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={dst}"]) == 0
     assert os.environ["HF_HUB_OFFLINE"] == "1"
     theirs = SentenceTransformer(str(dst), device="cpu", local_files_only=True)
     ours = samtone_jax.load(str(run))
@@ -60,8 +60,8 @@ def test_export_import_load_round_trip(trained_any, tmp_path, fmt):
     if fmt == "sentence-transformers" and architecture == "ade":
         pytest.skip("covered by ade_spl's router layout; keeps the suite short")
     dst, imported = tmp_path / "export", tmp_path / "imported"
-    assert cli.main(["export", f"--checkpoint={run}", f"--format={fmt}", f"--dst={dst}"]) == 0
-    assert cli.main(["import-checkpoint", "--format=hf", f"--src={dst}", f"--dst={imported}"]) == 0
+    assert cli.main(["export", f"--checkpoint={run}", f"--format={fmt}", f"--out={dst}"]) == 0
+    assert cli.main(["import-checkpoint", "--format=hf", f"--src={dst}", f"--out={imported}"]) == 0
     texts = sentences(20, seed=1)
     ours = samtone_jax.load(str(run))
     for path in (dst, imported):
@@ -76,7 +76,7 @@ def test_hf_export_is_a_plain_t5_encoder_model(trained_run, tmp_path):
     import transformers
 
     dst = tmp_path / "hf"
-    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--dst={dst}"]) == 0
+    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--out={dst}"]) == 0
     model = transformers.T5EncoderModel.from_pretrained(str(dst), local_files_only=True)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(dst), local_files_only=True)
     from safetensors.numpy import load_file
@@ -98,18 +98,18 @@ def test_export_errors_name_what_is_missing_and_leave_nothing(trained_run, tmp_p
     shutil.copytree(trained_run, run)
     dst = tmp_path / "out"
     os.remove(run / "config.gin")
-    assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--dst={dst}"]) == 2
+    assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--out={dst}"]) == 2
     assert f"{run}/config.gin not found" in capsys.readouterr().err
     shutil.copy(trained_run / "config.gin", run / "config.gin")
     os.remove(run / "vocab.model")
     config = (run / "config.gin").read_text()
     (run / "config.gin").write_text(re.sub(r"train.vocabulary = (\\\n\s*)?'", "train.vocabulary = '/gone", config))
-    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--dst={dst}"]) == 2
+    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={dst}"]) == 2
     err = capsys.readouterr().err
     assert "vocab.model" in err and "/gone" in err
     assert sorted(os.listdir(tmp_path)) == ["run"]  # no DST, no temporary folder
     dst.mkdir()
-    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--dst={dst}"]) == 2
+    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--out={dst}"]) == 2
     assert "already exists" in capsys.readouterr().err
 
 
@@ -182,7 +182,7 @@ def test_prompts_and_matryoshka_dims_of_a_run_are_carried_into_the_export(traine
     )
     assert _cosines(ours.encode_queries(texts), unprompted.encode_queries(texts)).min() < 0.9999  # prompts matter
     dst = tmp_path / "st"
-    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--dst={dst}"]) == 0
+    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={dst}"]) == 0
     config = json.loads((dst / "config_sentence_transformers.json").read_text())
     want = {"query": "query: ", "document": "passage: ", "other_task/query": "define :-( ", "other_task/document": ""}
     assert config["prompts"] == want

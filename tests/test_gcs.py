@@ -47,7 +47,7 @@ def test_import_of_a_t5x_checkpoint_given_by_a_relative_path_with_dotdot(tmp_pat
         "import-checkpoint",
         "--format=t5x",
         f"--src={relative}",
-        "--dst=../imported",
+        "--out=../imported",
         "--gin_file=models/t5_1_1_tiny.gin",
         "--gin_file=architectures/sde.gin",
         "--gin.VOCAB_SIZE=32128",
@@ -91,7 +91,7 @@ def test_a_folder_on_a_bucket_gets_its_marker_last_and_readers_require_it(gcs, t
             pass
     # An export whose upload was cut off before its marker is refused by every reader.
     export = tmp_path / "export"
-    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--dst={export}"]) == 0
+    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--out={export}"]) == 0
     (export / MARKER).unlink()
     gcs.upload(export, f"{bucket}/cut_off")
     with pytest.raises(FileNotFoundError, match="incomplete export"):
@@ -101,7 +101,7 @@ def test_a_folder_on_a_bucket_gets_its_marker_last_and_readers_require_it(gcs, t
 def test_a_missing_bucket_names_the_path_and_what_to_do(gcs, trained_run, capsys):
     with pytest.raises(FileNotFoundError, match=r"train.model_dir='gs://no-such-bucket/run'.*does not exist"):
         paths.check_bucket("gs://no-such-bucket/run", "train.model_dir")
-    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", "--dst=gs://no-such-bucket/x"]) == 2
+    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", "--out=gs://no-such-bucket/x"]) == 2
     assert "gs://no-such-bucket does not exist; create it" in capsys.readouterr().err
 
 
@@ -177,7 +177,7 @@ def test_eval_encode_export_mine_analyze_compare_and_load_on_a_bucket(gcs, train
     queries = catalogue.collection("wordnet_definitions", "all").queries
     np.testing.assert_allclose(q, local.encode_queries([queries[i] for i in ids]), rtol=1e-5, atol=1e-6)
 
-    assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--dst={bucket}/export"]) == 0
+    assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--out={bucket}/export"]) == 0
     assert f"export/{MARKER}" in _objects(bucket)
     exported = samtone_jax.load(f"{bucket}/export")
     np.testing.assert_allclose(exported.encode_queries(TEXTS), local.encode_queries(TEXTS), rtol=1e-5, atol=1e-6)

@@ -284,7 +284,7 @@ def test_init_checkpoint_may_be_a_model_dir_or_an_export(trained_run, tmp_path):
 
     expected = restore_on_one_device(str(trained_run / "checkpoints" / "2" / "state"))["params"]
     export = tmp_path / "export"
-    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--dst={export}"]) == 0
+    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--out={export}"]) == 0
     configurables.parse([str(trained_run / "config.gin")])
     model = gin_utils.model()
     tx, _ = optimizer.adafactor(train_steps=2)

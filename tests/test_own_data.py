@@ -233,7 +233,7 @@ def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_b
     assert cli.main(argv) == 0
     assert cli.main(["tasks", *own]) == 0
     listed = capsys.readouterr().out
-    assert f"  my_pairs\n      splits: train, test, all\n      reads:  jsonl: {data}" in listed
+    assert f"  my_pairs\n      splits: train, test, all\n      reads:  JSON lines of pairs, {data} (test: " in listed
     assert cli.main(["data-stats", *own, "--task=my_pairs", "--split=test"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["task"] == "my_pairs" and 0 < stats["examples"] < 200
@@ -246,5 +246,28 @@ def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_b
     assert cli.main(["mine", "--bm25", "--task=my_pairs", f"--out={tmp_path / 'x.tsv'}"]) == 2  # without the gin
     assert "unknown task 'my_pairs'" in capsys.readouterr().err
     assert (
-        cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--dst={tmp_path / 'st'}"]) == 0
+        cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={tmp_path / 'st'}"]) == 0
     )
+
+
+def test_every_flag_has_help_and_every_mode_an_example(capsys):
+    parser = cli.build_parser()
+    modes = next(a for a in parser._actions if isinstance(a, cli.argparse._SubParsersAction)).choices
+    assert set(modes) == set(cli.EXAMPLES)
+    for mode, sub in modes.items():
+        silent = [a.option_strings[0] for a in sub._actions if a.option_strings and not a.help]
+        assert not silent, f"samtone {mode}: flags without help {silent}"
+        text = sub.format_help()
+        assert f"example:\n  samtone {mode}" in text
+    assert "--num_negatives NUM_NEGATIVES\n                        negatives kept a query (default: 8)" in (
+        modes["mine"].format_help()
+    )
+
+
+def test_old_spellings_still_work_and_say_the_new_one(capsys):
+    args = cli.build_parser().parse_args(["export", "--checkpoint=a", "--format=hf", "--dst=b"])
+    assert args.out == "b" and "samtone: --dst is deprecated; use --out" in capsys.readouterr().err
+    args = cli.build_parser().parse_args(["data-stats", "--task=t", "--vocab=v.model"])
+    assert args.vocabulary == "v.model" and "--vocab is deprecated; use --vocabulary" in capsys.readouterr().err
+    assert cli.main(["export", "--checkpoint=a", "--format=hf"]) == 2
+    assert "samtone export: error: samtone export needs --out" in capsys.readouterr().err

@@ -141,10 +141,10 @@ def export(
 
     if fmt not in FORMATS:
         raise BadValueError(f"--format={fmt!r}: choose one of {FORMATS}")
-    paths.check_bucket(dst, "--dst")
+    paths.check_bucket(dst, "--out")
     dst = paths.as_path(dst)
     if dst.exists() and not overwrite:  # before the slow part
-        raise ExistingFileError(f"{dst} already exists; choose another --dst or pass --overwrite")
+        raise ExistingFileError(f"{dst} already exists; choose another --out or pass --overwrite")
     hf_logging.disable_progress_bar()
     encoder = inference.load_encoder(checkpoint, step=step, vocabulary=vocabulary)
     wordpiece = isinstance(encoder.vocabulary, WordPieceTokens)  # a BERT-family tower's tokenizer.json

@@ -177,8 +177,12 @@ def files_of(name: str) -> str | None:
     """What a declared task reads, for a person (`samtone tasks`)."""
     if name in local_tasks():
         spec = local_tasks()[name]
-        where = spec.get("path") or ", ".join(f"{k}: {v}" for k, v in spec["files"].items())
-        return f"{spec['format']}: {where} ({LOCAL_FORMATS[spec['format']][0]})"
+        if spec["format"] != "jsonl":
+            return f"{spec['path']}/: {LOCAL_FORMATS[spec['format']][0].split(': ', 1)[1]}"
+        if "files" in spec:
+            return "JSON lines of pairs, " + ", ".join(f"{k}: {v}" for k, v in spec["files"].items())
+        rule = f"test: the queries whose md5 falls in the first {spec.get('test_fraction', 0.1):g} of the range"
+        return f"JSON lines of pairs, {spec['path']} ({rule})"
     if name in tfds_tasks():
         spec = tfds_tasks()[name]
         return f"TFDS {spec['tfds_name']} (features {spec['query']} -> {spec['document']})"
