@@ -6,7 +6,8 @@ come) is a step function and a batch source; everything else is written here, on
                     config.gin (process 0)
   run()             state: fresh, or the newest readable checkpoint -> batches from that step ->
                     per step: logging and the non-finite stop (train_logging.py), checkpoints,
-                    eval hooks, SIGTERM / Ctrl-C at the step boundary -> final checkpoint ->
+                    eval hooks, SIGTERM / Ctrl-C at the step boundary or inside the eval
+                    (stop_request.py) -> final checkpoint ->
                     operative_config.gin (what the run used, as T5X writes it)
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterator
 import gin
 import jax
 
-from samtone_jax import gin_utils, paths, run_folders, run_lock
+from samtone_jax import gin_utils, paths, run_folders, run_lock, stop_request
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
 from samtone_jax.errors import BadValueError
@@ -121,7 +122,12 @@ def run(
                 log.warning("preempted: saved step %d; rerun the same command to resume", number)
                 break
             if evaluate and schedule.eval_every and number % schedule.eval_every == 0:
-                progress.write_eval(number, evaluate(state))
+                try:
+                    progress.write_eval(number, evaluate(state))
+                except stop_request.StopRequested:  # a stop during the eval: save now, not after it
+                    checkpointer.save(number, state, force=True)
+                    log.warning("preempted during the eval at step %d: saved it; rerun the same command", number)
+                    break
         else:
             checkpointer.save(schedule.train_steps, state, force=True)
         if jax.process_index() == 0:
@@ -151,6 +157,8 @@ def install_stop_flag():
             " (Ctrl-C again to stop now, without a checkpoint)" if signum == signal.SIGINT else "",
         )
         flag["set"] = True
+        if not several:
+            stop_request.request()  # work inside the step's hooks (the eval) stops too
         if several:
             os.kill(os.getpid(), signal.SIGTERM)  # JAX's preemption notifier tells every process
 
@@ -165,6 +173,7 @@ def install_stop_flag():
         return flag["set"]
 
     def restore() -> None:
+        stop_request.clear()
         for s, h in previous.items():
             signal.signal(s, h)
 

@@ -25,7 +25,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import partitioning
+from samtone_jax import partitioning, stop_request
 from samtone_jax.data.packing import write_rows
 from samtone_jax.data.sentencepiece_tokens import tokenize_texts as tokenize
 from samtone_jax.errors import BadValueError
@@ -143,6 +143,7 @@ class TextEmbedder:
             out[texts] = embeddings
             if progress is not None:
                 progress(len(texts))
+            stop_request.check()  # a training run's stop (SIGTERM) ends its eval here, within a batch
         return out
 
     def _bucketed(self, tokens, used, side, params):

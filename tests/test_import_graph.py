@@ -26,6 +26,7 @@ LAYERS = (
         "xla_cpu_flags",
         "console_progress",
         "event_writer",
+        "stop_request",
     },
     # data: official formats -> collections, tokenisation, the tf.data pipeline, packing
     {"data"},

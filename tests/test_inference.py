@@ -326,3 +326,21 @@ def test_read_bindings_handles_macros_multiline_values_and_comments():
     assert got["train.vocabulary"] == "a#b" and got["DualEncoder.projection_dim"] is None
     with pytest.raises(ValueError, match="unknown model parameters"):
         gin_utils.model_from_gin_text("T5Config.emb_dimm = 3\n")
+
+
+def test_the_embedder_stops_between_batches_once_a_training_stop_is_requested(trained_run):
+    from samtone_jax import stop_request
+
+    encoder = samtone_jax.load(str(trained_run))
+    tokens, _ = encoder.vocabulary.tokenize_batch(TEXTS * 3, 12)
+    embedder = TextEmbedder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=1)
+    seen = []
+    assert embedder.encode_all(tokens, "query", progress=seen.append).shape[0] == len(tokens) > 2
+    stop_request.request()
+    try:
+        seen.clear()
+        with pytest.raises(stop_request.StopRequested):
+            embedder.encode_all(tokens, "query", progress=seen.append)
+        assert seen == [2]  # one batch, then the stop
+    finally:
+        stop_request.clear()

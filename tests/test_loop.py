@@ -181,3 +181,34 @@ def _params(model_dir, step):
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
     return restore_on_one_device(model_dir / "checkpoints" / str(step) / "state")["params"]
+
+
+def test_sigterm_during_a_slow_eval_saves_within_a_batch_not_after_the_eval(tmp_path, monkeypatch, capsys):
+    """The in-training eval polls stop_request between its encoding batches (text_embedder): a
+    SIGTERM that lands in a 50-batch eval ends it after the batch in flight, and the step it was
+    evaluating is saved (a preempted TPU VM has ~30 s; the eval may take minutes)."""
+    import time
+
+    from samtone_jax import stop_request
+
+    monkeypatch.setattr(loop, "check_existing_run", lambda *a, **k: None)
+    batches_done = []
+
+    def slow_eval(state):
+        for batch in range(50):
+            if batch == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            batches_done.append(batch)
+            stop_request.check()
+        return {"retrieval/RR": 1.0}
+
+    schedule = loop.Schedule(train_steps=8, global_batch=1, checkpoint_every=4, log_every=1, eval_every=3)
+    init_state, batches, step = _toy([])
+    start = time.time()
+    with loop.run_directory(str(tmp_path), None, schedule, "# toy\n") as directory:
+        loop.run(directory, schedule, init_state=init_state, batches=batches, step=step, evaluate=slow_eval)
+    assert batches_done == [0, 1, 2] and time.time() - start < 20
+    assert _saved(tmp_path) == [3]  # the evaluated step, off the checkpoint interval; no step 4
+    assert not stop_request.requested()  # cleared with the handlers
+    assert "eval step" not in capsys.readouterr().out  # the abandoned eval logs nothing
