@@ -7,6 +7,7 @@ with ir-measures, and writes under MODEL_DIR/eval/:
   <task>_<split>_step<N>.json   metrics, and per-query values for `samtone compare`
   <task>_<split>_step<N>.trec   the run (TREC format), for significance tests elsewhere
   embeddings/<task>_<split>_step<N>/{queries,documents}/   (kept unless evaluate.keep_embeddings=False)
+(a folder with no training step, an import or an export: <task>_<split>.json, ...)
 
 For BEIR tasks a document whose id equals the query id is dropped from the ranking, as BEIR does.
 """
@@ -134,7 +135,8 @@ def _write_record(out, name, task, split, step, collection, run, measures, k, ba
     write_atomic(out / f"{name}.json", json.dumps(record, indent=1, allow_nan=False))
     what = "" if dim is None else f", first {dim} dimensions"
     print(
-        f"{task}/{split} step {step}{what}: {len(run):,} queries, {len(collection.corpus):,} documents "
+        f"{task}/{split}{'' if step is None else f' step {step}'}{what}: {len(run):,} queries, "
+        f"{len(collection.corpus):,} documents "
         f"-> {out}/{name}.json"
     )
     print(format_table(results))
@@ -195,7 +197,8 @@ def evaluate(
         packing_max_segments=packing_max_segments,
         task=task,
     )
-    name = f"{task}_{split}_step{encoder.step}"
+    # <task>_<split>_step<N>; a folder with no training step (an import, an export): <task>_<split>
+    name = f"{task}_{split}" + (f"_step{encoder.step}" if encoder.step is not None else "")
     if max_queries or candidates:
         name += f"_q{max_queries or 'all'}_c{candidates or 'all'}"
     out = paths.as_path(model_dir) / run_folders.EVAL
@@ -219,7 +222,7 @@ def evaluate(
     run = search_run(query_ids, q, doc_ids, d, **search_args)
     if jax.process_index() != 0:
         return metrics.evaluate(collection.qrels, run, measures)
-    write_trec(out / f"{name}.trec", run, f"samtone_step{encoder.step}")
+    write_trec(out / f"{name}.trec", run, "samtone" + (f"_step{encoder.step}" if encoder.step is not None else ""))
     results = _write_record(out, name, task, split, encoder.step, collection, run, measures, k, backend, None)
     if not keep_embeddings:
         paths.as_path(embeddings_dir).rmtree(missing_ok=True)
