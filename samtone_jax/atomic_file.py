@@ -27,6 +27,40 @@ from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileErro
 MARKER = run_folders.COMMIT_MARKER
 
 
+def _staging_name(target) -> str:
+    """`<target>.tmp-<pid>-<random>`: the writing process's id lets a later write tell a killed
+    writer's leftover (its process is gone) from a live writer's folder."""
+    return f"{target}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _remove_orphans(target) -> None:
+    """Remove the staging files / folders of `target` whose writing process no longer runs on this
+    host (a SIGKILL or power cut skips every cleanup; the next write of the same target tidies up)."""
+    prefix = f"{os.path.basename(os.fspath(target))}.tmp-"
+    parent = os.path.dirname(os.fspath(target)) or "."
+    for name in os.listdir(parent) if os.path.isdir(parent) else ():
+        rest = name.lstrip(".")[len(prefix) :] if name.lstrip(".").startswith(prefix) else ""
+        pid = rest.split("-")[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        leftover = os.path.join(parent, name)
+        if os.path.isdir(leftover):
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def atomic_open(path, mode: str = "wb"):
     """A file object for writing `path` whole: on success it becomes `path`, on any exception
@@ -43,7 +77,8 @@ def atomic_open(path, mode: str = "wb"):
             paths.upload(local, target)
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    _remove_orphans(target)
+    tmp = target.parent / f".{os.path.basename(_staging_name(target))}"
     try:
         # 'x': created with the umask's mode (not mkstemp's 0600), never over another file.
         with open(tmp, mode.replace("w", "x"), encoding=encoding) as f:  # a local file (epath has no 'x')
@@ -89,7 +124,8 @@ def atomic_directory(path, overwrite: bool = False):
         staging = tempfile.mkdtemp(prefix="samtone_jax-")
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        _remove_orphans(target)
+        staging = _staging_name(target)
         os.makedirs(staging)
     try:
         yield staging

@@ -81,12 +81,13 @@ def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
     qid = sorted(collection.queries)[0]
     docs = [d for d in sorted(collection.corpus) if d not in collection.qrels[qid]][:2]
     path = tmp_path / "mined.tsv"
-    path.write_text(f"{qid}\t{docs[0]},{docs[1]},not_a_document\n")
+    path.write_text(f"{qid}\t{docs[0]},{docs[1]},not_a_document\nnot_a_query\t{docs[0]}\n")
     configurables.parse([], [f"hard_negatives_file.path = '{path}'"])
     try:
         with_negatives = catalogue.collection("wordnet_definitions", "all")
         assert with_negatives.hard_negatives == {qid: docs}  # the unknown id is dropped and counted
         assert with_negatives.stats["negatives_with_missing_document"] == 1
+        assert with_negatives.stats["negatives_rows_of_other_queries"] == 1  # counted like unknown documents
         columns = registration.examples("wordnet_definitions", "all", InputSpec(num_negatives=2))
         assert len(columns["negatives"]) == sum(1 for q, _ in with_negatives.pairs() if q == qid)
     finally:

@@ -277,6 +277,33 @@ def test_atomic_open_leaves_the_old_file_or_the_new_one_never_a_mix(tmp_path):
     assert path.read_text() == "new" and os.listdir(tmp_path) == ["out.txt"]
 
 
+def test_a_killed_writers_staging_is_removed_by_the_next_write_a_live_ones_is_kept(tmp_path):
+    """A SIGKILLed export / import leaves <dst>.tmp-<pid>-<random>; the next write of the same target
+    removes staging folders and files whose process is gone, never those of a running writer."""
+    import subprocess
+    import sys
+
+    from samtone_jax.atomic_file import atomic_directory, write_atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    (tmp_path / f"export.tmp-{dead_pid}-0badc0de").mkdir()
+    (tmp_path / f"export.tmp-{dead_pid}-0badc0de" / "model.safetensors").write_bytes(b"half")
+    (tmp_path / f"export.tmp-{os.getppid()}-00000001").mkdir()  # a live writer's (our parent process)
+    (tmp_path / f".out.txt.tmp-{dead_pid}-12345678").write_text("half")
+    (tmp_path / "export.tmp-other").mkdir()  # not ours to judge: kept
+    with atomic_directory(str(tmp_path / "export")) as staging:
+        with open(os.path.join(staging, "a.txt"), "w") as f:
+            f.write("x")
+    write_atomic(str(tmp_path / "out.txt"), "done")
+    assert sorted(os.listdir(tmp_path)) == [
+        "export",
+        f"export.tmp-{os.getppid()}-00000001",
+        "export.tmp-other",
+        "out.txt",
+    ]
+
+
 def test_init_checkpoint_may_be_a_model_dir_or_an_export(trained_run, tmp_path):
     """STAR / fine-tuning start from another run: its MODEL_DIR, a step directory, or an export."""
     from samtone_jax import configurables, gin_utils, optimizer, train

@@ -204,6 +204,8 @@ def _load_cached(name: str, split: str, skip_bad_records: bool, root_key: str, n
         missing = sum(d not in collection.corpus for ds in mined.values() for d in ds)
         if missing:
             collection.stats["negatives_with_missing_document"] += missing
+        # rows of queries this task does not have (another split's, a mixture's other task's): counted
+        collection.stats["negatives_rows_of_other_queries"] += sum(q not in collection.queries for q in mined)
         collection.hard_negatives = {
             q: [d for d in ds if d in collection.corpus] for q, ds in mined.items() if q in collection.queries
         }
