@@ -424,3 +424,31 @@ def test_settings_that_cannot_run_are_refused_before_model_dir_is_written(
         return
     assert code == 2 and said in capsys.readouterr().err
     assert not model_dir.exists()
+
+
+def _corrupt_vocabulary(folder):
+    path = folder / "corrupt.model"
+    path.write_bytes(b"\x0a\xff\xff\xff not a proto")
+    return path
+
+
+@pytest.mark.parametrize(
+    "vocabulary, override, said",
+    [
+        (None, "--gin.VOCAB_SIZE=50", "has 100 pieces but the tower embeds 50 (T5Config.vocab_size, gin VOCAB_SIZE)"),
+        (_corrupt_vocabulary, None, "corrupt.model is not a SentencePiece model"),
+        (lambda folder: folder, None, "is a folder: point it at the SentencePiece .model file"),
+    ],
+)
+def test_issue35_a_vocabulary_that_cannot_serve_the_model_is_refused_before_model_dir(
+    wordnet_env, tmp_path, capsys, vocabulary, override, said
+):
+    """A 100-piece vocabulary for a 50-id embedding trained to NaN at step 1; a corrupt or folder
+    vocabulary left config.gin and checkpoints/ behind: now one line, and no MODEL_DIR."""
+    model_dir = tmp_path / "run"
+    vocab = wordnet_env[1] if vocabulary is None else vocabulary(tmp_path)
+    argv = tiny_train_argv(model_dir, vocab, steps=1, extra=[override] if override else [])
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not model_dir.exists()

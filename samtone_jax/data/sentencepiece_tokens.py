@@ -19,7 +19,7 @@ import functools
 import numpy as np
 
 from samtone_jax import paths
-from samtone_jax.errors import MissingFileError
+from samtone_jax.errors import BadValueError, MissingFileError
 
 EOS_ID = 1  # features.EOS_ID (not imported: that module needs TensorFlow)
 
@@ -40,7 +40,13 @@ class SentencePieceTokens:
             raw = paths.as_path(self.path).read_bytes()
         except FileNotFoundError as e:
             raise MissingFileError(f"SentencePiece model {self.path} not found") from e
-        model = sentencepiece_model_pb2.ModelProto.FromString(raw)
+        try:
+            model = sentencepiece_model_pb2.ModelProto.FromString(raw)
+        except Exception as e:  # protobuf's DecodeError: not a SentencePiece model (corrupt, cut short, another file)
+            raise BadValueError(
+                f"{self.path} is not a SentencePiece model ({type(e).__name__}: {e}): point the vocabulary at the "
+                ".model file `samtone build-vocab` (or spm_train) wrote"
+            ) from None
         for i in reversed(range(self.extra_ids)):  # as seqio adds them: the last extra id first
             model.pieces.add(
                 piece=f"▁<extra_id_{i}>", score=0.0, type=sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED

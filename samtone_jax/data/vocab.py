@@ -61,6 +61,16 @@ def check_fits(path: str | None, config, what: str) -> None:
                 f"{what}={path!r} has {wordpiece.vocab_size} ids but the tower embeds {config.vocab_size} "
                 "(BertConfig.vocab_size): use the model's own tokenizer.json"
             )
+    elif path:  # the public T5 vocabulary (None) fits every T5.1.1 size
+        if paths.as_path(path).is_dir():
+            raise BadValueError(f"{what}={path!r} is a folder: point it at the SentencePiece .model file")
+        size = tokens(path).vocab_size  # reads it: a corrupt file fails here, naming it
+        if size > config.vocab_size:
+            raise BadValueError(
+                f"{what}={path!r} has {size} pieces but the tower embeds {config.vocab_size} "
+                f"(T5Config.vocab_size, gin VOCAB_SIZE): set VOCAB_SIZE to at least {size}, or use the model's own "
+                "vocabulary"
+            )
 
 
 def special_ids(path: str | None) -> tuple[int | None, int]:
