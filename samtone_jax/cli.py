@@ -124,7 +124,7 @@ def _add_distributed_flags(p: argparse.ArgumentParser) -> None:
 def _checkpoint_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="a MODEL_DIR, MODEL_DIR/checkpoints/<step> or parameter dir")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
-    p.add_argument("--vocabulary", default=None, help="SentencePiece model (default: the run's)")
+    p.add_argument("--vocabulary", default=None, help="SentencePiece .model or tokenizer.json (default: the run's)")
     p.add_argument("--query_length", type=int, default=None, help="default: the run's train.query_length")
     p.add_argument("--doc_length", type=int, default=None, help="default: the run's train.doc_length")
 
@@ -143,11 +143,11 @@ def _false_negative_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max_score", type=float, default=None, help="drop candidates scoring above this")
 
 
-def _task_flags(
-    parser: argparse.ArgumentParser, task_help: str = "a registered task name (see samtone_jax/tasks)"
-) -> None:
+def _task_flags(parser: argparse.ArgumentParser, task_help: str = "a task name (see `samtone tasks`)") -> None:
     parser.add_argument("--task", required=True, help=task_help)
-    parser.add_argument("--split", default=None, help="split (default: train if the task has one)")
+    parser.add_argument(
+        "--split", default=None, help="split (default: train if the task has one, else its first in `samtone tasks`)"
+    )
     parser.add_argument("--data_dir", default=None, help="data root (default: $SAMTONE_DATA_DIR)")
     parser.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")
 
@@ -156,7 +156,7 @@ def _eval_flags(p: argparse.ArgumentParser) -> None:
     """samtone eval's plain flags: each sets the gin name commands.EVAL_FLAGS gives (over a gin file)."""
     p.add_argument("--checkpoint", default=None, help="the model: a MODEL_DIR or imported folder (evaluate.model_dir)")
     p.add_argument("--task", default=None, help="the task to evaluate on, see `samtone tasks` (evaluate.task)")
-    p.add_argument("--split", default=None, help="its split (evaluate.split; default: test)")
+    p.add_argument("--split", default=None, help="its split (evaluate.split; default: test, or dev if it has no test)")
     p.add_argument("--data_dir", default=None, help="data root (data_dir.path; default: $SAMTONE_DATA_DIR)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (evaluate.step; default: the latest)")
     p.add_argument("--vocabulary", default=None, help="vocabulary file (evaluate.vocabulary; default: the run's)")
@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("analyze", help="the paper's embedding-space figures for one or more models")
     p.add_argument("--checkpoint", action="append", required=True, help="model to analyse (repeat to compare)")
     p.add_argument("--name", action="append", default=None, help="display name per --checkpoint")
-    p.add_argument("--vocabulary", default=None, help="SentencePiece model (default: each run's)")
+    p.add_argument("--vocabulary", default=None, help="SentencePiece .model or tokenizer.json (default: each run's)")
     p.add_argument("--query_length", type=int, default=None, help="default: each run's train.query_length")
     p.add_argument("--doc_length", type=int, default=None, help="default: each run's train.doc_length")
     _task_flags(p)
@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _out_flag(p, "output folder (written atomically)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
-    p.add_argument("--vocabulary", default=None, help="SentencePiece model (default: the run's)")
+    p.add_argument("--vocabulary", default=None, help="SentencePiece .model or tokenizer.json (default: the run's)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.set_defaults(run=commands.cmd_export)
 
@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--teacher_kind", default="auto", choices=TEACHER_KINDS, help="what --teacher is (auto: from its files)"
     )
     p.add_argument("--step", type=int, default=None, help="checkpoint step of a samtone teacher (default: latest)")
-    p.add_argument("--vocabulary", default=None, help="SentencePiece model of a samtone teacher (default: its own)")
+    p.add_argument("--vocabulary", default=None, help="vocabulary of a samtone teacher (default: its own)")
     _task_flags(p)
     p.add_argument("--out", required=True, help="output JSON lines (qid, negatives, scores, positives); + OUT.json")
     p.add_argument(
@@ -359,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["minilm", "t5"],
         default="minilm",
         help="minilm: fine-tune the pretrained all-MiniLM-L6-v2 (runs/demo); t5: a mini T5.1.1 from scratch "
-        "(runs/demo_t5). Default: minilm",
+        "(runs/demo_t5)",
     )
     p.add_argument(
         "--candidates",

@@ -364,7 +364,7 @@ def load_task(args):
     if args.task not in catalogue.loaders():
         raise BadValueError(f"unknown task {args.task!r}; registered tasks: {', '.join(catalogue.task_names())}")
     splits = catalogue.loaders()[args.task][1]
-    split = args.split or splits[0]
+    split = args.split or ("train" if "train" in splits else splits[0])
     return split, catalogue.collection(args.task, split, args.skip_bad_records or None)  # None: gin decides
 
 

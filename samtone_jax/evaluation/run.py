@@ -151,7 +151,7 @@ def format_table(results: dict[str, float]) -> str:
 def evaluate(
     model_dir: str = gin.REQUIRED,
     task: str = gin.REQUIRED,
-    split: str = "test",
+    split: str | None = None,
     vocabulary: str | None = None,
     query_length: int | None = None,
     doc_length: int | None = None,
@@ -165,8 +165,9 @@ def evaluate(
     max_queries: int | None = None,
     candidates: int | None = None,
 ) -> dict[str, float]:
-    """Evaluate the checkpoint at `step` (default: the latest) of MODEL_DIR on task/split; lengths
-    default to the run's train.query_length / train.doc_length.
+    """Evaluate the checkpoint at `step` (default: the latest) of MODEL_DIR on task/split (default:
+    test, or dev for a task without a test split); lengths default to the run's train.query_length /
+    train.doc_length.
 
     backend: 'exact' (on device), 'approx' (lax.approx_max_k, TPU), 'faiss' (IndexFlatIP) or
     'faiss_ivfpq' (approximate); see samtone_jax/evaluation/search.py. `packing_max_segments` S:
@@ -183,6 +184,9 @@ def evaluate(
     from samtone_jax import inference, partitioning
     from samtone_jax.tasks import catalogue
 
+    if split is None:  # test, or dev for a task without one (msmarco_passage)
+        splits = catalogue.loaders()[task][1] if task in catalogue.loaders() else ("test",)
+        split = "test" if "test" in splits or "dev" not in splits else "dev"
     collection = catalogue.collection(task, split)  # bad data fails here, before the model is loaded
     if max_queries or candidates:
         collection = collection.sample(max_queries, candidates)
