@@ -383,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     from samtone_jax.errors import UserError, one_line
 
     if bindings and not hasattr(args, "gin_file"):
-        print(f"samtone {args.mode}: error: this mode takes no gin settings (got --gin.{bindings[0]})", file=sys.stderr)
+        given = bindings[0].replace(" = ", "=", 1)
+        print(f"samtone {args.mode}: error: this mode takes no gin settings (got --gin.{given})", file=sys.stderr)
         return 2
     try:
         return args.run(args, bindings)

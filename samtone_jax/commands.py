@@ -93,7 +93,8 @@ def with_gin(command):
     def run(args, bindings) -> int:
         from samtone_jax import configurables
 
-        configurables.parse(args.gin_file, args.gin_bindings + bindings)
+        flag = [f"data_dir.path = {args.data_dir!r}"] if getattr(args, "data_dir", None) else []  # the flag wins
+        configurables.parse(args.gin_file, args.gin_bindings + bindings + flag)
         return command(args, bindings)
 
     return run

@@ -125,8 +125,14 @@ def run(
                 try:
                     progress.write_eval(number, evaluate(state))
                 except stop_request.StopRequested:  # a stop during the eval: save now, not after it
+                    progress.flush()  # the loss checked finite before its state is saved
                     checkpointer.save(number, state, force=True)
-                    log.warning("preempted during the eval at step %d: saved it; rerun the same command", number)
+                    rerun = (
+                        "rerun the same command to resume"
+                        if number < schedule.train_steps
+                        else "training is complete; `samtone eval` evaluates it"
+                    )
+                    log.warning("stopped during the eval at step %d: saved it; %s", number, rerun)
                     break
         else:
             checkpointer.save(schedule.train_steps, state, force=True)

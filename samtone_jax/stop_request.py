@@ -1,8 +1,8 @@
 """A stop asked of a training run (SIGTERM on a preempted host, Ctrl-C) that long work inside a step's
 hooks honours between its units of work, not only at the loop's step boundary.
 
-loop.install_stop_flag sets it in a single-process run; the in-training eval checks it between
-encoding batches and before its search (text_embedder, evaluation/train_hook), and raises
+loop.install_stop_flag sets it in a single-process run; the in-training eval checks it after each
+encoding batch (text_embedder.encode_all; the last check comes right before its search), and raises
 StopRequested, which the loop turns into a checkpoint of the last completed step within seconds.
 Nothing sets it outside a training loop, so `samtone eval` / `encode` never see it. In a
 multi-process run the hosts must stop at the same point of a collective program, so there the stop

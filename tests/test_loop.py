@@ -212,3 +212,24 @@ def test_sigterm_during_a_slow_eval_saves_within_a_batch_not_after_the_eval(tmp_
     assert _saved(tmp_path) == [3]  # the evaluated step, off the checkpoint interval; no step 4
     assert not stop_request.requested()  # cleared with the handlers
     assert "eval step" not in capsys.readouterr().out  # the abandoned eval logs nothing
+
+
+def test_a_stop_during_the_eval_never_saves_a_state_whose_loss_was_not_checked(tmp_path, monkeypatch):
+    """log_every=3 keeps losses on device; a NaN at step 3 then a SIGTERM in step 3's eval must
+    not save step 3 as if it were good."""
+    from samtone_jax import stop_request
+    from samtone_jax.train_logging import NonFiniteLossError
+
+    monkeypatch.setattr(loop, "check_existing_run", lambda *a, **k: None)
+
+    def eval_then_sigterm(state):
+        os.kill(os.getpid(), signal.SIGTERM)
+        stop_request.check()
+        return {}
+
+    schedule = loop.Schedule(train_steps=6, global_batch=1, checkpoint_every=2, log_every=3, eval_every=3)
+    init_state, batches, step = _toy([], nan_at=3)
+    with pytest.raises(NonFiniteLossError, match="step 2"):
+        with loop.run_directory(str(tmp_path), None, schedule, "# toy\n") as directory:
+            loop.run(directory, schedule, init_state=init_state, batches=batches, step=step, evaluate=eval_then_sigterm)
+    assert _saved(tmp_path) == [2]

@@ -198,7 +198,7 @@ def test_eval_plain_flags_become_its_gin_names():
 
 def test_modes_without_gin_refuse_it(capsys):
     assert cli.main(["compare", "a.json", "b.json", "--gin.x=1"]) == 2
-    assert "samtone compare: error: this mode takes no gin settings (got --gin.x = 1)" in capsys.readouterr().err
+    assert "samtone compare: error: this mode takes no gin settings (got --gin.x=1)" in capsys.readouterr().err
 
 
 def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_bert_import, wordnet_data, capsys):
@@ -271,3 +271,62 @@ def test_old_spellings_still_work_and_say_the_new_one(capsys):
     assert args.vocabulary == "v.model" and "--vocab is deprecated; use --vocabulary" in capsys.readouterr().err
     assert cli.main(["export", "--checkpoint=a", "--format=hf"]) == 2
     assert "samtone export: error: samtone export needs --out" in capsys.readouterr().err
+
+
+def test_made_up_ids_join_spellings_given_ids_conflict_in_any_split(tmp_path):
+    rows = [{"query": "What is a cat", "document": "A cat."}, {"query": "what is  a CAT ", "document": "a cat."}]
+    c = jsonl_pairs.load(str(write_jsonl(tmp_path / "case.jsonl", rows)), "case")
+    assert list(c.queries.values()) == ["What is a cat"] and list(c.corpus.values()) == ["A cat."]  # first spelling
+    test_query = next(f"q {i}" for i in range(1000) if jsonl_pairs.in_test_split(f"q {i}", 0.1))
+    train_query = next(f"q {i}" for i in range(1000) if not jsonl_pairs.in_test_split(f"q {i}", 0.1))
+    rows = [
+        {"query": train_query, "document": "X", "document_id": "d1"},
+        {"query": test_query, "document": "Y", "document_id": "d1"},
+    ]
+    path = str(write_jsonl(tmp_path / "split.jsonl", rows))
+    for split in ("train", "test"):  # each split alone holds one text of d1: still refused
+        keep = lambda q, s=split: jsonl_pairs.in_test_split(q, 0.1) == (s == "test")
+        with pytest.raises(BadValueError, match=r"split.jsonl:2: document id 'd1' has another text on line 1"):
+            jsonl_pairs.load(path, "split", keep)
+
+
+def test_bad_declarations_of_splits_files_and_rates(tmp_path):
+    for spec, message in [
+        ({"format": "beir", "path": "b", "splits": "test"}, "'splits' must list split names"),
+        ({"format": "jsonl", "files": {"train": 3}}, "'files' must map split names to files"),
+        ({"format": "jsonl", "files": {"train": "a"}, "test_fraction": 0.2}, "with 'files' the files are the splits"),
+        ({"format": "jsonl", "path": 5}, "'path' must be a file or folder name"),
+    ]:
+        configurables.parse([], [local("t", spec)])
+        with pytest.raises(BadValueError, match=message):
+            catalogue.loaders()
+    configurables.parse([], [local("t", {"format": "jsonl", "path": "a", "test_fraction": 0})])
+    assert catalogue.loaders()["t"][1] == ("train", "all")  # no empty test split offered
+    configurables.parse([], ["mixtures.declared = {'m': {'wordnet_definitions': 1e999}}"])
+    with pytest.raises(BadValueError, match="finite numbers"):
+        catalogue.mixtures()
+
+
+def test_a_name_declared_again_replaces_what_seqio_held(tmp_path):
+    import seqio
+
+    from samtone_jax.tasks import registration
+
+    path = write_jsonl(tmp_path / "p.jsonl", [{"query": "a", "document": "b"}])
+    configurables.parse([], ["mixtures.declared = {'x': ['wordnet_definitions']}"])
+    registration.register()
+    assert isinstance(seqio.get_mixture_or_task("x"), seqio.Mixture)
+    configurables.parse([], [local("x", {"format": "jsonl", "path": str(path)})])
+    registration.register()
+    assert isinstance(seqio.get_mixture_or_task("x"), seqio.Task)
+    configurables.parse([], [])
+    registration.register()
+    assert "x" not in seqio.TaskRegistry.names() and "x" not in seqio.MixtureRegistry.names()
+
+
+def test_the_data_dir_flag_wins_over_gin_in_every_mode(capsys):
+    assert cli.main(["tasks", "--data_dir=/from_flag", "--gin.data_dir.path='/from_gin'"]) == 0
+    out = capsys.readouterr().out
+    assert "/from_flag/msmarco_passage/" in out and "/from_gin" not in out
+    assert cli.main(["import-checkpoint", "--format=hf", "--src=/nowhere"]) == 2
+    assert "needs --out" in capsys.readouterr().err

@@ -9,8 +9,10 @@ ids, hard negatives (triplets and beyond) and a teacher's scores.
             "document_score", "negative_scores"   a teacher's scores of the document and of each
                                        negative (distillation: train.teacher_scores)
 
-Several lines may share a query: each adds a relevant document (and its negatives). An id given
-twice with two different texts is an error naming both lines (never a silent overwrite). Local or
+Several lines may share a query: each adds a relevant document (and its negatives). An id you give
+twice with two different texts is an error naming both lines (never a silent overwrite), whichever
+splits the lines fall in; texts that differ only in case or spacing share a made-up id (the first
+spelling is kept). Local or
 gs:// files, `.gz` too; a malformed line fails as `file:line: what` (or is skipped and counted with
 skip_bad_records).
 
@@ -92,22 +94,26 @@ def _parse(record: dict) -> dict:
         for did, value in zip(out["negative_ids"], given, strict=True):
             scores[did] = _score(value, "each of 'negative_scores'")
     out["scores"] = scores
+    out["given"] = {"query": "query_id" in record, "document": "document_id" in record, "negatives": ids is not None}
     return out
 
 
 def load(path: str, name: str, keep=lambda query: True, skip_bad_records: bool = False) -> RetrievalCollection:
-    """The collection of the pairs in `path` whose query text passes `keep` (a split rule)."""
+    """The collection of the pairs in `path` whose query text passes `keep` (a split rule). Ids are
+    checked over every line, whichever split it is in: an id you gave with two different texts is
+    an error naming both lines; an id made from the text holds the first spelling of it (texts that
+    differ only in case or spacing are one text)."""
     stats = ReadStats()
     queries, corpus, qrels, negatives, scores = {}, {}, {}, {}, {}
-    first_line: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[str, str], tuple[str, int]] = {}  # (kind, id) -> (its first text, that line)
 
-    def put(table: dict, kind: str, key: str, text: str, line: int) -> None:
-        if table.setdefault(key, text) != text:
+    def check(kind: str, key: str, text: str, line: int, given: bool) -> None:
+        first, first_line = seen.setdefault((kind, key), (text, line))
+        if given and first != text:
             raise BadRecordError(
-                f"{path}:{line}: {kind} id {key!r} has another text on line {first_line[kind, key]}: give each "
-                f"{kind} one id, or leave the ids out (then equal texts share one)"
+                f"{path}:{line}: {kind} id {key!r} has another text on line {first_line}: give each {kind} one "
+                "id, or leave the ids out (then equal texts share one)"
             )
-        first_line.setdefault((kind, key), line)
 
     def parse(line: str) -> dict:
         return _parse(json_object(line, require=("query", "document")))
@@ -116,22 +122,26 @@ def load(path: str, name: str, keep=lambda query: True, skip_bad_records: bool =
         if not pair["query"].strip() or not pair["document"].strip():
             stats["pairs_with_an_empty_text"] += 1
             continue
+        qid, did, given = pair["query_id"], pair["document_id"], pair["given"]
+        check("query", qid, pair["query"], line, given["query"])
+        check("document", did, pair["document"], line, given["document"])
+        kept = [(n, t) for n, t in zip(pair["negative_ids"], pair["negatives"], strict=True) if t.strip()]
+        stats["empty_negatives"] += len(pair["negatives"]) - len(kept)
+        for nid, text in kept:
+            check("document", nid, text, line, given["negatives"])
         if not keep(pair["query"]):
             continue
-        qid, did = pair["query_id"], pair["document_id"]
-        put(queries, "query", qid, pair["query"], line)
-        put(corpus, "document", did, pair["document"], line)
+        queries.setdefault(qid, pair["query"])
+        corpus.setdefault(did, pair["document"])
         qrels.setdefault(qid, {})[did] = 1
-        for nid, text in zip(pair["negative_ids"], pair["negatives"], strict=True):
-            if not text.strip():
-                stats["empty_negatives"] += 1
-                continue
-            put(corpus, "document", nid, text, line)
-            known = negatives.setdefault(qid, [])
+        known = negatives.setdefault(qid, [])
+        for nid, text in kept:
+            corpus.setdefault(nid, text)
             if nid not in known:
                 known.append(nid)
         if pair["scores"]:
             scores.setdefault(qid, {}).update(pair["scores"])
     for qid, ids in negatives.items():  # a document relevant to the query is not its negative
         negatives[qid] = [d for d in ids if d not in qrels[qid]]
+    negatives = {q: ids for q, ids in negatives.items() if ids}
     return RetrievalCollection(name, queries, corpus, qrels, negatives, stats, teacher_scores=scores)

@@ -67,7 +67,10 @@ def open_binary(path: str) -> Iterator[io.BufferedIOBase]:
     try:
         raw = paths.as_path(path).open("rb")
     except FileNotFoundError as e:
-        raise MissingFileError(f"{path} not found (check DATA_DIR / $SAMTONE_DATA_DIR)") from e
+        raise MissingFileError(
+            f"{path} not found (a built-in task's files are under the data root: gin data_dir.path, "
+            "$SAMTONE_DATA_DIR or --data_dir; a local_tasks path is as written, relative to the working directory)"
+        ) from e
     with raw:
         yield gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
 

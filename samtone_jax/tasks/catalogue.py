@@ -25,6 +25,7 @@ is the InputSpec's given to tasks/registration.register (gin VOCABULARY), the pu
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 import gin
@@ -172,9 +173,13 @@ def mixtures(declared: dict | None = None) -> dict[str, dict[str, float]]:
         unknown = sorted(set(rates) - set(tasks))
         if unknown:
             raise BadValueError(f"{where}: unknown task(s) {unknown}; tasks: {', '.join(sorted(tasks))}")
-        bad = {t: r for t, r in rates.items() if isinstance(r, bool) or not isinstance(r, (int, float)) or r < 0}
+        bad = {
+            t: r
+            for t, r in rates.items()
+            if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 0
+        }
         if bad or not any(rates.values()):
-            raise BadValueError(f"{where}: rates must be numbers >= 0, not all 0; got {rates!r}")
+            raise BadValueError(f"{where}: rates must be finite numbers >= 0, not all 0; got {rates!r}")
         out[name] = {t: float(r) for t, r in rates.items()}
     return out
 

@@ -117,18 +117,28 @@ def local_tasks(tasks: dict | None = None) -> dict:
             raise BadValueError(f"{where}: a {kind} task takes 'path' (its folder) and optionally 'splits'")
         if kind == "jsonl" and "splits" in spec:
             raise BadValueError(f"{where}: a jsonl task's splits are train / test / all (path) or the keys of 'files'")
-        if files is not None and (not isinstance(files, dict) or not files):
+        if files is not None and "test_fraction" in spec:
+            raise BadValueError(f"{where}: 'test_fraction' splits one 'path'; with 'files' the files are the splits")
+        strings = lambda v: isinstance(v, str) and v  # noqa: E731
+        if "path" in spec and not strings(spec["path"]):
+            raise BadValueError(f"{where}: 'path' must be a file or folder name; got {spec['path']!r}")
+        splits = spec.get("splits", ("train",))
+        if not isinstance(splits, (list, tuple)) or not splits or not all(map(strings, splits)):
+            raise BadValueError(f"{where}: 'splits' must list split names, e.g. ('train', 'dev'); got {splits!r}")
+        if files is not None and (not isinstance(files, dict) or not files or not all(map(strings, files.values()))):
             raise BadValueError(f"{where}: 'files' must map split names to files; got {files!r}")
         fraction = spec.get("test_fraction", 0.1)
-        if not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
-            raise BadValueError(f"{where}: 'test_fraction' must be in [0, 1); got {fraction!r}")
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+            raise BadValueError(f"{where}: 'test_fraction' must be in [0, 1) (0: no test split); got {fraction!r}")
         out[name] = dict(spec)
     return out
 
 
 def local_splits(spec: dict) -> tuple[str, ...]:
     if spec["format"] == "jsonl":
-        return tuple(spec["files"]) if "files" in spec else ("train", "test", "all")
+        if "files" in spec:
+            return tuple(spec["files"])
+        return ("train", "test", "all") if spec.get("test_fraction", 0.1) else ("train", "all")
     return tuple(spec.get("splits", LOCAL_FORMATS[spec["format"]][1]))
 
 

@@ -156,6 +156,7 @@ def _tokenize_negatives(ds: tf.data.Dataset, output_features) -> tf.data.Dataset
 
 # What the registry holds now (register's key): a run with the same inputs leaves it as it is.
 _registered: tuple | None = None
+_names: set[str] = set()  # the task and mixture names it registered (a later gin may declare fewer)
 
 
 def register(spec: InputSpec = InputSpec()) -> None:
@@ -174,8 +175,10 @@ def register(spec: InputSpec = InputSpec()) -> None:
         "query": seqio.Feature(vocabulary, add_eos=False),
         "document": seqio.Feature(vocabulary, add_eos=False),
     }
-    for name, (_, splits) in every.items():
+    for name in _names | set(every) | set(every_mixture):  # what we registered before: none of it left over
         seqio.TaskRegistry.remove(name)
+        seqio.MixtureRegistry.remove(name)
+    for name, (_, splits) in every.items():
         seqio.TaskRegistry.add(
             name,
             source=seqio.FunctionDataSource(functools.partial(_dataset_fn, name, spec), splits=splits),
@@ -183,9 +186,10 @@ def register(spec: InputSpec = InputSpec()) -> None:
             preprocessors=[seqio.preprocessors.tokenize, _tokenize_negatives],
         )
     for mixture, rates in every_mixture.items():  # named in the TF-free catalogue
-        seqio.MixtureRegistry.remove(mixture)
         seqio.MixtureRegistry.add(mixture, list(rates.items()))
     _registered = key
+    _names.clear()
+    _names.update(every, every_mixture)
 
 
 register()
