@@ -222,9 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
             _eval_flags(p)
             p.add_argument(
                 "--dims",
+                nargs="+",
                 default=None,
                 help="also the metrics of the first k dimensions of every embedding, re-normalised, for each k of "
-                "e.g. 64,128,256 (gin evaluate.dims; a Matryoshka model's smaller indexes)",
+                "e.g. 64,128,256 or 64 128 256 (gin evaluate.dims; a Matryoshka model's smaller indexes)",
             )
         p.set_defaults(run=commands.gin_command(module, function, report_final))
 
@@ -318,7 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="eval JSONs side by side with paired significance tests")
     p.add_argument("runs", nargs="+", help="eval JSON files (MODEL_DIR/eval/*.json); the first is the baseline")
-    p.add_argument("--measures", nargs="+", default=None, help="measure names (default: all shared)")
+    p.add_argument(
+        "--measures", nargs="+", default=None, help="measure names, e.g. P@1 RR or P@1,RR (default: all shared)"
+    )
     p.add_argument(
         "--test", choices=["randomization", "bootstrap"], default="randomization", help="paired significance test"
     )

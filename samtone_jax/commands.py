@@ -63,6 +63,11 @@ def cmd_import_checkpoint(args, bindings) -> int:
     return 0
 
 
+def items(values: list[str]) -> list[str]:
+    """A list flag's values, given space- or comma-separated (`--dims 64 128` = `--dims 64,128`)."""
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
 def _required(args, flag: str) -> None:
     if getattr(args, flag) is None:
         raise BadValueError(f"samtone {args.mode} needs --{flag}")
@@ -143,9 +148,9 @@ def _flag_bindings(args) -> list[str]:
         out.append("skip_bad_records.enabled = True")
     if getattr(args, "dims", None) is not None:
         try:
-            dims = tuple(int(k) for k in args.dims.split(",") if k.strip())
+            dims = tuple(int(k) for k in items(args.dims))
         except ValueError:
-            raise BadValueError(f"--dims={args.dims!r} must be comma-separated integers, e.g. 64,128,256") from None
+            raise BadValueError(f"--dims {' '.join(args.dims)}: must be integers, e.g. 64,128,256") from None
         out.append(f"evaluate.dims = {dims}")
     return out
 
@@ -193,7 +198,7 @@ def cmd_compare(args, bindings) -> int:
 
     result = significance.compare(
         args.runs,
-        measures=args.measures,
+        measures=items(args.measures) if args.measures else None,
         test=args.test,
         trials=args.trials,
         seed=args.seed,

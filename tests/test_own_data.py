@@ -194,6 +194,8 @@ def test_eval_plain_flags_become_its_gin_names():
         "data_dir.path = '/d'",
         "evaluate.dims = (8, 16)",
     ]
+    spaced = cli.build_parser().parse_args(["eval", "--dims", "8", "16"])  # lists: spaces or commas
+    assert commands._flag_bindings(spaced) == ["evaluate.dims = (8, 16)"]
 
 
 def test_modes_without_gin_refuse_it(capsys):
