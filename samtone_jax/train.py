@@ -340,6 +340,7 @@ def fit(
 
     inputs.check_mesh(mesh)
     vocab_lib.check_fits(inputs.spec.vocabulary, model.config, "train.vocabulary")  # before MODEL_DIR is written
+    inputs.check_data()  # every task's data as the run reads it (a mixture's every member), before MODEL_DIR
     tx, lr_schedule = optimizer.make(train_steps=schedule.train_steps)
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if jax.process_index() == 0:

@@ -77,6 +77,31 @@ class TrainInputs:
                 f"of the {hosts} host(s)"
             )
 
+    def check_data(self) -> None:
+        """Read every task the run draws from, as the run will (a mixture: each member now, not when
+        it is first drawn, which may be hours in), before MODEL_DIR is written: a missing file, a task
+        with no query that has train.num_negatives hard negatives, or a batch larger than its task's
+        examples fails at start-up, naming the task."""
+        from samtone_jax.tasks import catalogue, registration
+
+        mixtures = catalogue.mixtures()
+        names = list(mixtures[self.task]) if self.task in mixtures else [self.task]
+        sizes = {name: len(registration.examples(name, self.split, self.spec)["query_id"]) for name in names}
+        if self.task_batches is None:
+            if sum(sizes.values()) < self.batch_size:
+                raise BadValueError(
+                    f"train.batch_size = {self.batch_size} is larger than {self.task}/{self.split}'s "
+                    f"{sum(sizes.values())} training pairs: lower BATCH_SIZE"
+                )
+            return
+        for name, size in sizes.items():
+            wanted = dict(self.task_batches.batch_sizes or {}).get(name, self.batch_size)
+            if size < wanted:
+                raise BadValueError(
+                    f"task {name}/{self.split} has {size} training pairs, fewer than its batch of {wanted} "
+                    "(train.task_batches: one task a batch): lower BATCH_SIZE or TaskBatches.batch_sizes"
+                )
+
     def dataset(self):
         """(task, split, start_batch=k[, batch_size=per host]) -> this host's tf.data batches."""
         from samtone_jax.data import pipeline  # seqio + TensorFlow: when a run starts, not for every gin parse

@@ -452,3 +452,54 @@ def test_issue35_a_vocabulary_that_cannot_serve_the_model_is_refused_before_mode
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not model_dir.exists()
+
+
+def _own_pairs(folder, n):
+    path = folder / "own.jsonl"
+    path.write_text("".join(f'{{"query": "own question {i}", "document": "own answer {i}"}}\n' for i in range(n)))
+    return [f"--gin.local_tasks.tasks={{'own': {{'format': 'jsonl', 'path': '{path}'}}}}"]
+
+
+def test_issue35_a_mixture_member_without_hard_negatives_fails_at_start_up_not_when_first_drawn(
+    wordnet_env, tmp_path, capsys
+):
+    """One hard-negatives file for a two-task mixture covers only WordNet's queries; the other task
+    was built only when first drawn (step 4 of the probe). Now every member is read before MODEL_DIR."""
+    from samtone_jax.tasks import catalogue
+
+    collection = catalogue.collection("wordnet_definitions", "all")
+    negatives = tmp_path / "negatives.tsv"
+    others = sorted(collection.corpus)[:5]
+    lines = [f"{q}\t{','.join([d for d in others if d not in collection.qrels[q]][:3])}" for q in collection.qrels]
+    negatives.write_text("\n".join(lines) + "\n")
+    extra = [
+        *_own_pairs(tmp_path, 40),
+        "--gin.mixtures.declared={'mix': ['wordnet_definitions', 'own']}",
+        "--gin.train.task='mix'",
+        "--gin.train.task_batches=@TaskBatches()",
+        "--gin.train.num_negatives=2",
+        f"--gin.hard_negatives_file.path='{negatives}'",
+    ]
+    model_dir = tmp_path / "run"
+    assert cli.main(tiny_train_argv(model_dir, wordnet_env[1], steps=1, extra=extra)) == 2
+    assert "task own/all: no query has 2 hard negatives" in capsys.readouterr().err
+    assert not model_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["--gin.train.task='own'", "--gin.train.split='all'"], "train.batch_size = 8 is larger than own/all's 5"),
+        (
+            ["--gin.train.num_negatives=1", "--gin.hard_negatives_file.path='{folder}'"],
+            "is a folder; a file is expected",
+        ),
+    ],
+)
+def test_issue35_data_a_run_cannot_use_is_refused_before_model_dir(wordnet_env, tmp_path, capsys, extra, said):
+    model_dir = tmp_path / "run"
+    extra = [*_own_pairs(tmp_path, 5), *(e.format(folder=tmp_path) for e in extra)]
+    assert cli.main(tiny_train_argv(model_dir, wordnet_env[1], steps=1, extra=extra)) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1
+    assert not model_dir.exists()

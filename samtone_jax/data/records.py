@@ -66,6 +66,8 @@ def open_binary(path: str) -> Iterator[io.BufferedIOBase]:
     """A byte stream over a local or gs:// file, gunzipped when it ends in .gz."""
     try:
         raw = paths.as_path(path).open("rb")
+    except IsADirectoryError:
+        raise BadValueError(f"{path} is a folder; a file is expected here") from None
     except FileNotFoundError as e:
         raise MissingFileError(
             f"{path} not found (a built-in task's files are under the data root: gin data_dir.path, "
