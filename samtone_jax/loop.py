@@ -67,12 +67,29 @@ def run_directory(model_dir: str, model, schedule: Schedule, config_text: str) -
     """MODEL_DIR (an epath: local absolute, or gs://) held by this run for the `with` body."""
     paths.check_bucket(model_dir, f"{schedule.gin_name}.model_dir")
     model_dir = paths.as_path(model_dir)  # local: absolute (orbax needs it); gs://: as given
-    check_existing_run(model_dir, model, schedule.train_steps, schedule.gin_name)
+    check_existing_run(model_dir, model, schedule.train_steps, schedule.gin_name, config_text)
     host = jax.process_index()
     with run_lock.held_by_process_0(model_dir, host, jax.process_count()):
         if host == 0:
+            _keep_earlier_config(model_dir, config_text)
             write_atomic(model_dir / run_folders.CONFIG_GIN, config_text)
         yield model_dir
+
+
+def _keep_earlier_config(model_dir, config_text: str) -> None:
+    """A run resumed with other settings (a learning rate, eval settings: what may change) keeps
+    the config.gin it had as config_history/config.step<N>.gin and logs what changed."""
+    path = model_dir / run_folders.CONFIG_GIN
+    if not path.exists() or path.read_text() == config_text:
+        return
+    old, new = gin_utils.read_bindings(path.read_text()), gin_utils.read_bindings(config_text)
+    steps = run_folders.complete_steps(model_dir)
+    folder, number = model_dir / run_folders.CONFIG_HISTORY, 0
+    while (keep := folder / f"config.step{steps[-1] if steps else 0}{f'.{number}' if number else ''}.gin").exists():
+        number += 1
+    write_atomic(keep, path.read_text())
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    log.warning("resuming with changed settings (%s); the earlier config.gin is kept as %s", ", ".join(changed), keep)
 
 
 def run(
@@ -186,9 +203,18 @@ def install_stop_flag():
     return should_stop, restore
 
 
-def check_existing_run(model_dir, model, train_steps: int, gin_name: str = "train") -> None:
+# What fixes a run's data position (the data resumes by batch index): changed on resume, examples
+# would be skipped or repeated, so these are refused; anything else (a learning rate, eval settings)
+# may change and is recorded (config_history/).
+DATA_POSITION = ("task", "split", "batch_size", "seed", "data_shards", "shuffle_block_size", "num_negatives")
+
+
+def check_existing_run(
+    model_dir, model, train_steps: int, gin_name: str = "train", config_text: str | None = None
+) -> None:
     """Refuse, before anything is written, to continue a run in MODEL_DIR that this config cannot
-    continue: another model (its config.gin says), or a run already past `train_steps`."""
+    continue: another model (its config.gin says), other data settings (DATA_POSITION), or a run
+    already past `train_steps`."""
     steps = run_folders.complete_steps(model_dir)
     config = model_dir / run_folders.CONFIG_GIN
     if not steps:
@@ -206,8 +232,30 @@ def check_existing_run(model_dir, model, train_steps: int, gin_name: str = "trai
                 f"{model_dir} holds a run of another model ({'; '.join(differ)}): resume it with its own gin "
                 "files (MODEL_DIR/config.gin), or train this model in another MODEL_DIR"
             )
+        if config_text is not None:
+            _check_data_position(model_dir, config.read_text(), config_text, gin_name)
     if steps[-1] > train_steps:
         raise BadValueError(
             f"{model_dir} already holds step {steps[-1]}, past {gin_name}.train_steps = {train_steps}: nothing to "
             "train (raise TRAIN_STEPS to continue it, or use another MODEL_DIR)"
+        )
+
+
+def _check_data_position(model_dir, saved: str, now: str, gin_name: str) -> None:
+    import inspect
+
+    signature = inspect.signature(gin.get_configurable(gin_name))
+    defaults = {name: parameter.default for name, parameter in signature.parameters.items()}
+    old, new = gin_utils.read_bindings(saved), gin_utils.read_bindings(now)
+    differ = []
+    for name in (n for n in DATA_POSITION if n in defaults):
+        key = f"{gin_name}.{name}"
+        then, here = old.get(key, defaults[name]), new.get(key, defaults[name])
+        if then != here:
+            differ.append(f"{key}: {then!r} in its config.gin, {here!r} here")
+    if differ:
+        raise BadValueError(
+            f"{model_dir} was trained with other data settings ({'; '.join(differ)}): its data resumes by batch "
+            "index, so examples would be skipped or repeated. Resume with its own values (MODEL_DIR/config.gin), "
+            "or start another MODEL_DIR (train.init_checkpoint = this run to continue from its weights)"
         )

@@ -25,6 +25,7 @@ from samtone_jax import paths
 
 # MODEL_DIR
 CONFIG_GIN = "config.gin"
+CONFIG_HISTORY = "config_history"  # each earlier config.gin of a run resumed with other settings
 OPERATIVE_CONFIG_GIN = "operative_config.gin"
 VOCABULARY = "vocab.model"
 TOKENIZER = "tokenizer.json"

@@ -503,3 +503,23 @@ def test_issue35_data_a_run_cannot_use_is_refused_before_model_dir(wordnet_env, 
     err = capsys.readouterr().err
     assert said in err and len(err.strip().splitlines()) == 1
     assert not model_dir.exists()
+
+
+def test_issue35_resuming_with_other_data_settings_is_refused_other_changes_are_kept_in_history(
+    trained_run, wordnet_env, tmp_path, capsys
+):
+    """The data resumes by batch index, so a changed batch size (or task, split, seed, data shards)
+    would skip or repeat examples: refused by name. A changed learning rate is accepted, and the
+    earlier config.gin is kept (config_history/), not overwritten."""
+    model_dir = tmp_path / "run"
+    shutil.copytree(trained_run, model_dir, ignore=shutil.ignore_patterns("eval", "embeddings"))
+    before = (model_dir / "config.gin").read_text()
+    argv = tiny_train_argv(model_dir, wordnet_env[1], steps=3, extra=["--gin.train.batch_size=16"])
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "train.batch_size: 8 in its config.gin, 16 here" in err and "would be skipped or repeated" in err
+    assert (model_dir / "config.gin").read_text() == before and _steps(model_dir) == [2]
+    argv = tiny_train_argv(model_dir, wordnet_env[1], steps=3, extra=["--gin.adafactor.learning_rate=0.02"])
+    assert cli.main(argv) == 0 and _steps(model_dir) == [2, 3]
+    assert (model_dir / "config_history" / "config.step2.gin").read_text() == before
+    assert "adafactor.learning_rate = 0.02" in (model_dir / "config.gin").read_text()
