@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import os
 import shutil
 import tempfile
 import uuid
 
 from samtone_jax import paths, run_folders
-from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
+from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError, NoAccessError
 
 MARKER = run_folders.COMMIT_MARKER
 
@@ -51,6 +52,17 @@ def _remove_orphans(target) -> None:
                 os.unlink(leftover)
 
 
+@contextlib.contextmanager
+def _writable(target):
+    """A folder we may not write (a read-only file system, no permission): one line naming it."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise NoAccessError(f"cannot write {paths.as_str(target)}: {e.strerror}; choose a writable destination") from e
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -76,12 +88,15 @@ def atomic_open(path, mode: str = "wb"):
                 yield f
             paths.upload(local, target)
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _remove_orphans(target)
+    with _writable(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_orphans(target)
     tmp = target.parent / f".{os.path.basename(_staging_name(target))}"
     try:
         # 'x': created with the umask's mode (not mkstemp's 0600), never over another file.
-        with open(tmp, mode.replace("w", "x"), encoding=encoding) as f:  # a local file (epath has no 'x')
+        with _writable(target):
+            f = open(tmp, mode.replace("w", "x"), encoding=encoding)  # a local file (epath has no 'x')
+        with f:
             yield f
         tmp.replace(target)
     except BaseException:
@@ -123,10 +138,11 @@ def atomic_directory(path, overwrite: bool = False):
     if remote:
         staging = tempfile.mkdtemp(prefix="samtone_jax-")
     else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _remove_orphans(target)
-        staging = _staging_name(target)
-        os.makedirs(staging)
+        with _writable(target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _remove_orphans(target)
+            staging = _staging_name(target)
+            os.makedirs(staging)
     try:
         yield staging
         stamp = datetime.datetime.now(datetime.UTC).isoformat()

@@ -61,7 +61,7 @@ def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finali
         gin.parse_config_files_and_bindings(
             [resolve_gin_file(f) for f in gin_files], list(bindings), finalize_config=finalize
         )
-    except (ValueError, KeyError, SyntaxError, TypeError) as e:
+    except (ValueError, KeyError, SyntaxError, TypeError, OSError) as e:  # OSError: an include not found
         raise BadValueError(f"gin config {list(gin_files)} with bindings {list(bindings)} is invalid: {e}") from e
     finally:
         logging.disable(logging.NOTSET)

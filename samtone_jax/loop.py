@@ -26,7 +26,7 @@ import jax
 from samtone_jax import gin_utils, paths, run_folders, run_lock, stop_request
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
-from samtone_jax.errors import BadValueError
+from samtone_jax.errors import BadValueError, UserError
 from samtone_jax.train_logging import ProgressLogger
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,8 @@ def run_directory(model_dir: str, model, schedule: Schedule, config_text: str) -
     """MODEL_DIR (an epath: local absolute, or gs://) held by this run for the `with` body."""
     paths.check_bucket(model_dir, f"{schedule.gin_name}.model_dir")
     model_dir = paths.as_path(model_dir)  # local: absolute (orbax needs it); gs://: as given
+    if model_dir.exists() and not model_dir.is_dir():
+        raise BadValueError(f"{schedule.gin_name}.model_dir = {model_dir} is a file, not a folder: choose a MODEL_DIR")
     check_existing_run(model_dir, model, schedule.train_steps, schedule.gin_name, config_text)
     host = jax.process_index()
     with run_lock.held_by_process_0(model_dir, host, jax.process_count()):
@@ -127,6 +129,7 @@ def run(
             model_dir, schedule.train_steps, schedule.global_batch, schedule.log_every, checkpointer, start_step=start
         )
         cleanup.callback(progress.close)  # flushes the metrics still on device
+        cleanup.enter_context(_out_of_memory_explained(schedule))
         for number in range(start + 1, schedule.train_steps + 1):
             state, metrics = step(state, next(source))
             progress.record(number, metrics)  # raises on a non-finite loss, naming the last good checkpoint
@@ -156,6 +159,25 @@ def run(
         if jax.process_index() == 0:
             write_atomic(paths.as_path(model_dir) / run_folders.OPERATIVE_CONFIG_GIN, gin.operative_config_str())
     return progress.last
+
+
+class OutOfMemoryError(UserError, MemoryError):
+    """The device ran out of memory for the step (XLA's RESOURCE_EXHAUSTED)."""
+
+
+@contextlib.contextmanager
+def _out_of_memory_explained(schedule: Schedule):
+    try:
+        yield
+    except Exception as e:
+        if "RESOURCE_EXHAUSTED" not in str(e) or isinstance(e, UserError):
+            raise
+        first = next((line for line in str(e).splitlines() if "RESOURCE_EXHAUSTED" in line), "")[:300]
+        raise OutOfMemoryError(
+            f"the step does not fit in device memory at batch {schedule.global_batch} ({first.strip()}): lower "
+            "BATCH_SIZE, or keep it with GradCache (train.grad_cache_chunk_size), rematerialisation "
+            "(T5Config.remat / BertConfig.remat = True), bf16, shorter lengths or FSDP (logical_rules.fsdp = True)"
+        ) from e
 
 
 def install_stop_flag():

@@ -523,3 +523,56 @@ def test_issue35_resuming_with_other_data_settings_is_refused_other_changes_are_
     assert cli.main(argv) == 0 and _steps(model_dir) == [2, 3]
     assert (model_dir / "config_history" / "config.step2.gin").read_text() == before
     assert "adafactor.learning_rate = 0.02" in (model_dir / "config.gin").read_text()
+
+
+def test_issue35_one_line_errors_instead_of_tracebacks(trained_run, wordnet_env, tmp_path, capsys, monkeypatch):
+    """A MODEL_DIR that is a file, a gin include that does not exist, an export into a folder that
+    cannot be written, a pickle with code in a pytorch_model.bin, and a device out of memory."""
+    import errno as errno_module
+
+    from samtone_jax import atomic_file, loop
+
+    def one_line(code, said, lines=1):
+        err = capsys.readouterr().err
+        assert code == 2 and said in err and "Traceback" not in err and len(err.strip().splitlines()) == lines, err
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    one_line(cli.main(tiny_train_argv(a_file, wordnet_env[1], steps=1)), "is a file, not a folder")
+    missing = tmp_path / "includes_missing.gin"
+    missing.write_text("include 'no/such/file.gin'\n")
+    code = cli.main(tiny_train_argv(tmp_path / "r", wordnet_env[1], extra=[f"--gin_file={missing}"]))
+    one_line(code, "Unable to open file: no/such/file.gin", lines=3)  # + gin's file:line of the include
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno_module.EROFS, "Read-only file system")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(atomic_file.os, "makedirs", read_only)
+        code = cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--out={tmp_path / 'ro'}"])
+    one_line(code, "cannot write")
+
+    import pickle
+
+    import torch
+
+    class Code:
+        def __reduce__(self):
+            return (print, ("this would run",))
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text('{"model_type": "t5"}')
+    torch.save({"w": Code()}, hf / "pytorch_model.bin", pickle_module=pickle)
+    from samtone_jax.checkpoints import hf as hf_checkpoint
+
+    with pytest.raises(ValueError, match="holds more than tensors .* model.safetensors"):
+        hf_checkpoint._open_tensors(str(hf))
+
+    def exhausted(*args, **kwargs):
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 9.00GiB.")
+
+    schedule = loop.Schedule(train_steps=2, global_batch=512)
+    with pytest.raises(loop.OutOfMemoryError, match=r"at batch 512 \(RESOURCE_EXHAUSTED.*lower BATCH_SIZE.*GradCache"):
+        with loop._out_of_memory_explained(schedule):
+            exhausted()

@@ -15,7 +15,7 @@ import numpy as np
 
 from samtone_jax import paths
 from samtone_jax.checkpoints.source import CheckpointMismatchError, Source
-from samtone_jax.errors import MissingFileError
+from samtone_jax.errors import BadValueError, MissingFileError
 from samtone_jax.models import T5Config
 
 _FEED_FORWARD = {"relu": ("relu",), "gated-gelu": ("gelu", "linear")}
@@ -45,9 +45,18 @@ def _open_tensors(folder: str):
         )
     binary = root / "pytorch_model.bin"
     if binary.exists():
+        import pickle
+
         import torch
 
-        state = torch.load(str(binary), map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(str(binary), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:  # code inside the pickle: never run
+            raise BadValueError(
+                f"{binary} holds more than tensors (a pickle that would run code), so it is not loaded: save the "
+                "model as model.safetensors (transformers' save_pretrained(..., safe_serialization=True)) and "
+                f"import that ({str(e).splitlines()[0][:120]})"
+            ) from None
         return list(state), lambda k: state[k].float().numpy(), lambda k: tuple(state[k].shape)
     raise MissingFileError(
         f"{folder}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin "
