@@ -48,7 +48,9 @@ def _raw_t5x_arrays(directory):
                 "driver": "zarr",
                 "kvstore": {"driver": "file", "path": os.path.join(directory, node["kvstore"]["path"])},
             }
-            out[prefix] = ts.open(spec).result().read().result()
+            # read-only, in a context of its own (no cache pool or file handles shared with other tests'
+            # stores), as the importer opens them (checkpoints/t5x.py)
+            out[prefix] = ts.open(spec, read=True, context=ts.Context()).result().read().result()
         elif isinstance(node, dict):
             for k, v in node.items():
                 walk(v, f"{prefix}/{k}" if prefix else k)
