@@ -53,6 +53,10 @@ def cmd_import_checkpoint(args, bindings) -> int:
     )
     if kept_as not in extra and (src / name).exists():
         extra[kept_as] = (src / name).read_bytes()
+    if (src / name).exists():  # a vocabulary the tower cannot embed is refused before anything is written
+        from samtone_jax.data import vocab as vocab_lib
+
+        vocab_lib.check_fits(paths.as_str(src / name), model.config, f"the source's {name}")
     out = save_params(args.out, params, gin.config_str(), info, overwrite=args.overwrite, extra_files=extra)
     n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     print(

@@ -36,6 +36,24 @@ contrastive_loss = gin.external_configurable(_losses.contrastive_loss, "contrast
 distillation_loss = gin.external_configurable(_distillation.distillation_loss, "distillation_loss")
 
 
+def _tolerant(exists):
+    """gin's check whether an include names a file inside a Python package raises TypeError when the
+    include's first folder is a namespace package, which any folder on sys.path is: `include
+    'runs/x.gin'` from a working directory that has a runs/ folder. Such a path is not a package
+    file: say so, and gin goes on to its search path."""
+
+    def check(path: str) -> bool:
+        try:
+            return exists(path)
+        except TypeError:
+            return False
+
+    return check
+
+
+gin.config._FILE_READERS[:] = [(reader, _tolerant(exists)) for reader, exists in gin.config._FILE_READERS]
+
+
 def resolve_gin_file(path: str) -> str:
     """`path` as given if it exists, else relative to the repository's gin_configs/."""
     if os.path.exists(path):

@@ -148,3 +148,20 @@ def test_loss_gin_files_configure_the_loss_they_name(gin_file, explicit):
     # Each file describes a different loss: none of them equals plain in-batch unless it is it.
     baseline, _ = contrastive_loss(q, d, temperature=0.01, mode="samtone", same_tower="none", bidirectional=False)
     assert (abs(float(configured) - float(baseline)) < 1e-6) == (gin_file == "in_batch")
+
+
+def test_a_gin_include_under_a_folder_the_working_directory_also_has(tmp_path, monkeypatch):
+    """demo_minilm.gin includes 'runs/finetune_minilm.gin'; after `make demo` the working directory
+    has a runs/ folder, which Python sees as a namespace package, and gin's package-file check then
+    raised TypeError instead of going on to gin_configs/ (gin_utils._tolerant)."""
+    import sys
+
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("runs", None)
+    configurables.parse(["runs/demo_minilm.gin"], [])
+    import gin
+
+    assert gin.query_parameter("train.task") == "wordnet_definitions"
+    assert gin.query_parameter("TRAIN_STEPS/macro.value") == 500  # from the included file
