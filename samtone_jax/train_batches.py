@@ -86,6 +86,11 @@ class TrainInputs:
 
         mixtures = catalogue.mixtures()
         names = list(mixtures[self.task]) if self.task in mixtures else [self.task]
+        if self.task not in mixtures and self.task not in catalogue.loaders():
+            import seqio  # a mixture registered with seqio in Python (T5X's way), not declared in gin
+
+            if self.task in seqio.MixtureRegistry.names():
+                names = [t.name for t in seqio.get_mixture_or_task(self.task).tasks]
         sizes = {name: len(registration.examples(name, self.split, self.spec)["query_id"]) for name in names}
         if self.task_batches is None:
             if sum(sizes.values()) < self.batch_size:
