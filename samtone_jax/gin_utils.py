@@ -106,6 +106,14 @@ def _references(value):
             yield from _references(v)
 
 
+# Macros a file of another layer uses: what to add when nothing uses them.
+MACRO_USERS = {
+    "TEMPERATURE": " (a contrastive loss file uses it: add --gin_file=losses/samtone_query.gin, or another "
+    "losses/*.gin, before losses/distill_*.gin)",
+    "VOCAB_SIZE": " (a T5 models/*.gin file uses it: add --gin_file=models/t5_1_1_<size>.gin)",
+}
+
+
 def _check_macros_are_used(bindings: Sequence[str]) -> None:
     """A macro set on the command line (`--gin.NAME=...`) that no binding refers to is a typo (the
     run would silently keep the gin file's value): ValueError naming it and the nearest macro."""
@@ -121,6 +129,7 @@ def _check_macros_are_used(bindings: Sequence[str]) -> None:
         name = match.group(1)
         near = difflib.get_close_matches(name, sorted(used), n=1)
         hint = f"; did you mean {near[0]}?" if near else f"; macros in use: {', '.join(sorted(used)) or 'none'}"
+        hint += MACRO_USERS.get(name, "")
         raise BadValueError(
             f"gin macro {name} = ... is set ({binding.strip()!r}) but no binding uses %{name}{hint}"
             if name in defined

@@ -576,3 +576,9 @@ def test_issue35_one_line_errors_instead_of_tracebacks(trained_run, wordnet_env,
     with pytest.raises(loop.OutOfMemoryError, match=r"at batch 512 \(RESOURCE_EXHAUSTED.*lower BATCH_SIZE.*GradCache"):
         with loop._out_of_memory_explained(schedule):
             exhausted()
+
+
+def test_issue35_a_distillation_file_without_a_contrastive_loss_file_says_what_to_add(capsys):
+    argv = ["train", "--gin_file=models/t5_1_1_tiny.gin", "--gin_file=losses/distill_margin_mse.gin"]
+    assert cli.main([*argv, "--gin.TEMPERATURE=0.05"]) == 2
+    assert "add --gin_file=losses/samtone_query.gin, or another losses/*.gin" in capsys.readouterr().err
