@@ -67,7 +67,7 @@ EXAMPLES = {
     "runs/b/eval/wordnet_definitions_test_step500.json --measures P@1 RR",
     "build-vocab": "samtone build-vocab --task=wordnet_definitions --vocab_size=8000 --out=/tmp/wn.model",
     "data-stats": "samtone data-stats --task=wordnet_definitions --split=train --vocabulary=/tmp/wn.model",
-    "tasks": "samtone tasks --gin_file=my_data.gin",
+    "tasks": "samtone tasks --gin_file=runs/my_data.gin",
     "demo": "samtone demo [--candidates=0] [--tower=t5]",
 }
 
