@@ -10,8 +10,11 @@ then decay to 0; ours: gin optimizer.kind = 'adamw'), lr 5e-5, scale 20 (τ 0.05
 
   st_mnrl         sentence-transformers' MultipleNegativesRankingLoss (query -> document), its own
                   SentenceTransformer model and loss code, our loop feeding it the same batches
-  st_symmetric    MNRL with directions (q->d, d->q): MultipleNegativesSymmetricRankingLoss
-  st_samtone      MNRL with directions (q->d, q->q, d->q), joint partition: its same-tower variant
+  st_symmetric    MNRL with directions (q->d, d->q) in its default joint partition (one softmax over both)
+  st_bidirectional  MNRL with directions (q->d, d->q), partition_mode 'per_direction' (two softmaxes,
+                  averaged: MultipleNegativesSymmetricRankingLoss; the same loss as our bidirectional)
+  st_samtone      MNRL with directions (q->d, q->q, d->q), joint partition: its same-tower variant (GTE's
+                  improved contrastive loss without d->d: one softmax over all three)
   in_batch        ours, losses/in_batch.gin: the same loss as st_mnrl (must match its quality)
   bidirectional   ours, losses/bidirectional.gin
   samtone_query   ours, losses/samtone_query.gin (the paper's default)
@@ -41,10 +44,11 @@ import time
 
 from common import existing_eval, experiment_parser, parse_into_folder, samtone, summarize
 
-ST_DIRECTIONS = {
-    "st_mnrl": ("query_to_doc",),
-    "st_symmetric": ("query_to_doc", "doc_to_query"),
-    "st_samtone": ("query_to_doc", "query_to_query", "doc_to_query"),
+ST_DIRECTIONS = {  # arm -> (directions, partition_mode)
+    "st_mnrl": (("query_to_doc",), "joint"),
+    "st_symmetric": (("query_to_doc", "doc_to_query"), "joint"),
+    "st_bidirectional": (("query_to_doc", "doc_to_query"), "per_direction"),
+    "st_samtone": (("query_to_doc", "query_to_query", "doc_to_query"), "joint"),
 }
 OURS = {
     "in_batch": ("losses/in_batch.gin", []),
@@ -64,7 +68,7 @@ MEASURES = ("P@1", "RR")
 WEIGHT_DECAY, WARMUP = 0.01, 0.1
 
 
-def st_train(folder, tokenizer_json, task, args, seed, directions, out_folder):
+def st_train(folder, tokenizer_json, task, args, seed, st_loss, out_folder):
     """Fine-tune with sentence-transformers' model and loss on our pipeline's batches; save to out_folder."""
     import numpy as np
     import torch
@@ -82,7 +86,10 @@ def st_train(folder, tokenizer_json, task, args, seed, directions, out_folder):
     torch.manual_seed(seed)
     model = SentenceTransformer(folder, device="cpu", local_files_only=True)
     model.train()
-    loss = MultipleNegativesRankingLoss(model, scale=1.0 / args.temperature, directions=directions)
+    directions, partition_mode = st_loss
+    loss = MultipleNegativesRankingLoss(
+        model, scale=1.0 / args.temperature, directions=directions, partition_mode=partition_mode
+    )
     decayed = [p for p in model.parameters() if p.ndim >= 2]
     others = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decayed, "weight_decay": WEIGHT_DECAY}, {"params": others, "weight_decay": 0.0}]
