@@ -35,8 +35,9 @@ def _staging_name(target) -> str:
 
 
 def _remove_orphans(target) -> None:
-    """Remove the staging files / folders of `target` whose writing process no longer runs on this
-    host (a SIGKILL or power cut skips every cleanup; the next write of the same target tidies up)."""
+    """Remove the staging files / folders of a local `target` whose writing process no longer runs on
+    this host (a SIGKILL or power cut skips every cleanup; the next write of the same target tidies
+    up). Local only: a gs:// target is staged in a local temporary folder, never beside it."""
     prefix = f"{os.path.basename(os.fspath(target))}.tmp-"
     parent = os.path.dirname(os.fspath(target)) or "."
     for name in os.listdir(parent) if os.path.isdir(parent) else ():

@@ -4,7 +4,6 @@ the parsed arguments and the `--gin.NAME=VALUE` bindings and returns the exit st
 from __future__ import annotations
 
 import argparse
-import os
 
 from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
 
@@ -369,8 +368,6 @@ def cmd_score(args, bindings) -> int:
 def load_task(args):
     from samtone_jax.tasks import catalogue
 
-    if args.data_dir:
-        os.environ["SAMTONE_DATA_DIR"] = args.data_dir
     if args.task not in catalogue.loaders():
         raise BadValueError(f"unknown task {args.task!r}; registered tasks: {', '.join(catalogue.task_names())}")
     splits = catalogue.loaders()[args.task][1]
@@ -436,7 +433,5 @@ def cmd_tasks(args, bindings) -> int:
     """Every task (built-in, TFDS, your own) with its splits and the files it reads, and every mixture."""
     from samtone_jax.tasks import catalogue
 
-    if args.data_dir:
-        os.environ["SAMTONE_DATA_DIR"] = args.data_dir
     print(catalogue.describe())
     return 0
