@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import signal
@@ -133,7 +134,7 @@ def run(
         for number in range(start + 1, schedule.train_steps + 1):
             state, metrics = step(state, next(source))
             progress.record(number, metrics)  # raises on a non-finite loss, naming the last good checkpoint
-            stop = should_stop(number) and number < schedule.train_steps
+            stop = should_stop() and number < schedule.train_steps
             if stop or number % schedule.checkpoint_every == 0:
                 progress.flush()  # the loss checked finite before its state is saved
             checkpointer.maybe_save(number, state)
@@ -142,6 +143,7 @@ def run(
                 log.warning("preempted: saved step %d; rerun the same command to resume", number)
                 break
             if evaluate and schedule.eval_every and number % schedule.eval_every == 0:
+                log.info("evaluating step %d", number)
                 try:
                     progress.write_eval(number, evaluate(state))
                 except stop_request.StopRequested:  # a stop during the eval: save now, not after it
@@ -181,14 +183,15 @@ def _out_of_memory_explained(schedule: Schedule):
 
 
 def install_stop_flag():
-    """SIGTERM (TPU preemption) and Ctrl-C (SIGINT) stop the run at a step boundary: it checkpoints
-    there and exits 0. A second Ctrl-C interrupts at once. Returns (should_stop(step), restore).
+    """SIGTERM (TPU preemption) and Ctrl-C (SIGINT) stop the run at the next step boundary or between
+    two encoding batches of the in-training eval (stop_request.py): it checkpoints the last completed
+    step and exits 0. A second Ctrl-C interrupts at once. Returns (should_stop(), restore).
 
     One process: a flag the handlers set. Several (jax.distributed): every process must stop at the
-    same step, or the collective checkpoint waits for the ones still training. SIGTERM is left to
-    JAX's preemption service, which hears it on any host, tells the others and agrees on the first
-    step all of them can reach (multihost_utils.reached_preemption_sync_point, T5X's protocol); a
-    Ctrl-C is turned into a SIGTERM of this process so it takes the same route."""
+    same point, or the collective checkpoint waits for the ones still training (or still encoding).
+    SIGTERM is left to JAX's preemption service, which hears it on any host, tells the others and
+    agrees on the first check all of them can reach (stop_request.agree_with); a Ctrl-C is turned
+    into a SIGTERM of this process so it takes the same route."""
     flag = {"set": False}
     several = jax.process_count() > 1
 
@@ -202,27 +205,26 @@ def install_stop_flag():
             " (Ctrl-C again to stop now, without a checkpoint)" if signum == signal.SIGINT else "",
         )
         flag["set"] = True
-        if not several:
-            stop_request.request()  # work inside the step's hooks (the eval) stops too
         if several:
             os.kill(os.getpid(), signal.SIGTERM)  # JAX's preemption notifier tells every process
+        else:
+            stop_request.request()
 
     signals = (signal.SIGINT,) if several else (signal.SIGTERM, signal.SIGINT)
     previous = {s: signal.signal(s, handler) for s in signals}
+    if several:
+        from jax.experimental import multihost_utils
 
-    def should_stop(step: int) -> bool:
-        if several:
-            from jax.experimental import multihost_utils
-
-            return multihost_utils.reached_preemption_sync_point(step)
-        return flag["set"]
+        checks = itertools.count(1)  # the same sequence on every host: steps and eval batches alike
+        stop_request.agree_with(lambda: multihost_utils.reached_preemption_sync_point(next(checks)))
 
     def restore() -> None:
+        stop_request.agree_with(None)
         stop_request.clear()
         for s, h in previous.items():
             signal.signal(s, h)
 
-    return should_stop, restore
+    return stop_request.should_stop, restore
 
 
 # What fixes a run's data position (the data resumes by batch index): changed on resume, examples

@@ -24,7 +24,17 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import distillation, grad_cache, loop, matryoshka, optimizer, partitioning, paths, run_folders
+from samtone_jax import (
+    distillation,
+    grad_cache,
+    loop,
+    matryoshka,
+    optimizer,
+    partitioning,
+    paths,
+    run_folders,
+    stop_request,
+)
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.batch_embeddings import embed_batch
 from samtone_jax.checkpoints import load_params
@@ -387,6 +397,7 @@ def _evaluator(model, mesh, loss_fn, inputs: TrainInputs, evaluation: Evaluation
             for batch in eval_batches(inputs, mesh, evaluation.split, evaluation.batches):
                 for k, v in jax.device_get(eval_fn(state["params"], batch)).items():
                     totals[k] = totals.get(k, 0.0) + float(v) / evaluation.batches
+                stop_request.check()  # a preempted host stops here too (every host checks every batch)
             return totals
 
         evaluators.append(in_batch)

@@ -20,10 +20,13 @@ from conftest import TEST_XLA_FLAGS
 from samtone_jax import configurables, paths
 from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
-# The step slowed down from outside, so a signal can land mid-run (test instrumentation only).
+# The step (and each encoding batch of the in-training eval) slowed down from outside, so a signal
+# can land mid-run or mid-eval (test instrumentation only).
 SLOW = (
     "import sys, time; import samtone_jax.train_logging as t; record = t.ProgressLogger.record; "
     "t.ProgressLogger.record = lambda self, s, m: (time.sleep(0.7), record(self, s, m))[1]; "
+    "import samtone_jax.text_embedder as e; encode = e.TextEmbedder.encode_tokens; "
+    "e.TextEmbedder.encode_tokens = lambda self, *a, **k: (time.sleep(1.0), encode(self, *a, **k))[1]; "
     "from samtone_jax import cli; sys.exit(cli.main(sys.argv[1:]))"
 )
 
@@ -229,23 +232,32 @@ def test_a_packed_bert_run_on_two_processes_equals_one_process_of_two_devices(
 
 
 @pytest.mark.slow
-def test_a_killed_process_then_ctrl_c_on_two_processes_and_the_rerun_resumes(wordnet_data, tmp_path):
+def test_a_killed_process_then_ctrl_c_mid_eval_on_two_processes_and_the_rerun_resumes(wordnet_data, tmp_path):
     """Two faults of a 2-process run, the second in the rerun after the first:
 
     1. One process SIGKILLed mid-run (after the periodic checkpoint of step 2): the other exits with
        the runtime's error within the heartbeat timeout (no hang).
     2. The rerun of both processes resumes from the last periodic checkpoint; Ctrl-C (SIGINT) that
-       reaches one host only takes the preemption route (a SIGTERM of that process, which JAX's
-       preemption service tells the other): both checkpoint the same step together and exit 0
-       (before: that host saved alone, the other waited in a collective), and that checkpoint is
-       complete (restored here). A rerun resuming from a preemption checkpoint is tested in one
-       process (tests/test_loop.py), not here."""
+       reaches one host only, while both are inside a slow in-training retrieval eval, takes the
+       preemption route (a SIGTERM of that process, which JAX's preemption service tells the other):
+       both leave the eval at the same encoding batch, checkpoint the evaluated step together and
+       exit 0 (before: the stop waited for the end of the eval and one more step), and that
+       checkpoint is complete (restored here). A rerun resuming from a preemption checkpoint is
+       tested in one process (tests/test_loop.py), not here."""
     wn, vocab_path = wordnet_data
     env, model_dir = _env(wn), tmp_path / "run"
     no_dropout = ["--gin.DROPOUT_RATE=0.0"]  # no values are compared here: a step half as long to compile
+    every = 4  # the retrieval eval: 46 encoding batches (91 texts, 2 a batch) of > 1 s each (SLOW)
+    evaluation = [
+        f"--gin.train.eval_every={every}",
+        "--gin.train.retrieval_eval_task='wordnet_definitions'",
+        "--gin.train.retrieval_eval_split='all'",
+        "--gin.RetrievalEval.batch_size=1",
+    ]
 
     def launch_two(name):
-        argv = _argv(model_dir, vocab_path, steps=40, extra=[*no_dropout, "--gin.train.checkpoint_every=2"])
+        extra = [*no_dropout, "--gin.train.checkpoint_every=2", *evaluation]
+        argv = _argv(model_dir, vocab_path, steps=40, extra=extra)
         flags = [
             f"--coordinator_address=127.0.0.1:{_free_port()}",
             "--num_processes=2",
@@ -278,20 +290,24 @@ def test_a_killed_process_then_ctrl_c_on_two_processes_and_the_rerun_resumes(wor
         assert found, logs[0].read_text()[-2000:]
         resumed = int(found.group(1))
         assert resumed >= 2 and resumed % 2 == 0  # a periodic checkpoint of the killed run
-        _wait_for(lambda: f"step {resumed + 2}/" in logs[0].read_text() or procs[0].poll() is not None)
+        evaluated = (resumed // every + 1) * every
+        _wait_for(lambda: all(f"evaluating step {evaluated}" in log.read_text() for log in logs))
+        time.sleep(2)  # some batches into the eval
+        signalled = time.time()
         procs[1].send_signal(signal.SIGINT)
         codes = [p.wait(timeout=120) for p in procs]  # a host left in a collective fails here
+        stopped_in = time.time() - signalled
     finally:
         for p in procs:
             p.kill()
     texts = [log.read_text() for log in logs]
     assert codes == [0, 0], [text[-2000:] for text in texts]
-    saved = [re.findall(r"preempted: saved step (\d+)", text) for text in texts]
-    assert saved[0] == saved[1] and len(saved[0]) == 1, saved
-    step = int(saved[0][0])
-    assert resumed + 2 <= step < 40
-    assert int(restore_on_one_device(model_dir / "checkpoints" / str(step) / "state")["step"]) == step
-    assert sorted(_losses(texts[0])) == list(range(resumed + 1, step + 1))
+    for text in texts:  # both left the eval and saved the step it evaluated; no step after it ran
+        assert f"stopped during the eval at step {evaluated}: saved it" in text, text[-2000:]
+        assert "preempted: saved step" not in text and f"step {evaluated + 1}/" not in text
+    assert stopped_in < 25, stopped_in  # the eval alone takes > 46 s
+    assert int(restore_on_one_device(model_dir / "checkpoints" / str(evaluated) / "state")["step"]) == evaluated
+    assert sorted(_losses(texts[0])) == list(range(resumed + 1, evaluated + 1))
 
 
 def test_missing_macro_and_gin_typo_fail_before_compilation(capsys):
