@@ -128,7 +128,8 @@ def existing_eval(model_dir):
     """The eval JSON of a finished arm, or None."""
     folder = os.path.join(model_dir, run_folders.EVAL)
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    found = [f for f in names if f.endswith(".json") and not re.search(r"_dim\d+\.json$", f)]  # not eval --dims
+    # not eval --dims / --precisions records: a truncation or a compressed index
+    found = [f for f in names if f.endswith(".json") and not re.search(r"_(dim\d+|int8|binary|rescore\d+)\.json$", f)]
     return os.path.join(folder, found[-1]) if found else None
 
 

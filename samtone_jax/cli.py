@@ -227,6 +227,19 @@ def build_parser() -> argparse.ArgumentParser:
                 help="also the metrics of the first k dimensions of every embedding, re-normalised, for each k of "
                 "e.g. 64,128,256 or 64 128 256 (gin evaluate.dims; a Matryoshka model's smaller indexes)",
             )
+            p.add_argument(
+                "--precisions",
+                nargs="+",
+                default=None,
+                help="also search the index compressed as served: float32, int8 (per-dimension ranges from a "
+                "sample of the corpus), binary (sign bits, Hamming), e.g. float32,int8,binary (evaluate.precisions)",
+            )
+            p.add_argument(
+                "--rescore",
+                type=int,
+                default=None,
+                help="int8 / binary also with the top k·R re-ranked by the float query, for R (evaluate.rescore)",
+            )
         p.set_defaults(run=commands.gin_command(module, function, report_final))
 
     p = sub.add_parser("encode", help="embed a task's queries / corpus into resumable shards")

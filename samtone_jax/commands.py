@@ -138,6 +138,7 @@ EVAL_FLAGS = {
     "doc_length": "evaluate.doc_length",
     "max_queries": "evaluate.max_queries",
     "candidates": "evaluate.candidates",
+    "rescore": "evaluate.rescore",
     "data_dir": "data_dir.path",
 }
 
@@ -155,6 +156,8 @@ def _flag_bindings(args) -> list[str]:
         except ValueError:
             raise BadValueError(f"--dims {' '.join(args.dims)}: must be integers, e.g. 64,128,256") from None
         out.append(f"evaluate.dims = {dims}")
+    if getattr(args, "precisions", None) is not None:
+        out.append(f"evaluate.precisions = {tuple(items(args.precisions))}")
     return out
 
 

@@ -240,7 +240,7 @@ def test_exact_index_is_built_once_and_searched_in_query_batches():
         np.testing.assert_array_equal(ids, ref_ids)
         np.testing.assert_array_equal(scores, ref_scores.astype(np.float32))
     assert index.search(queries[:0], 10)[1].shape == (0, 10)
-    with pytest.raises(ValueError, match=r"queries must be \[Q, 6\] to search this corpus, got shape \(2, 5\)"):
+    with pytest.raises(ValueError, match=r"queries must be \[Q, 6\] to search this corpus, got float32 \(2, 5\)"):
         index.search(queries[:2, :5], 10)
     with pytest.raises(ValueError, match=r"the corpus must be \[N, D\] embeddings, got shape \(203,\)"):
         search.ExactIndex(corpus[:, 0])

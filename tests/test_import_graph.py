@@ -31,7 +31,16 @@ LAYERS = (
     # data: official formats -> collections, tokenisation, the tf.data pipeline, packing
     {"data"},
     # numerics: towers, losses, sharding, a training batch's embeddings
-    {"models", "losses", "distillation", "matryoshka", "partitioning", "batch_embeddings", "grad_cache"},
+    {
+        "models",
+        "losses",
+        "distillation",
+        "matryoshka",
+        "quantization",
+        "partitioning",
+        "batch_embeddings",
+        "grad_cache",
+    },
     # models and losses from gin text; parameters in and out of checkpoints
     {"gin_utils", "checkpoints"},
     # the task catalogue, prompts, seqio registration, mixture batches

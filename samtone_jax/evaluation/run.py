@@ -19,11 +19,11 @@ import json
 import gin
 import numpy as np
 
-from samtone_jax import paths, run_folders
+from samtone_jax import paths, quantization, run_folders
 from samtone_jax.atomic_file import atomic_open, write_atomic
 from samtone_jax.console_progress import Progress
 from samtone_jax.errors import BadValueError
-from samtone_jax.evaluation import metrics, search
+from samtone_jax.evaluation import compressed, metrics, search
 from samtone_jax.evaluation.embedding_store import encode_to_shards, load_shards
 
 
@@ -76,10 +76,21 @@ def dense_embeddings(encoder, queries: dict[str, str], corpus: dict[str, str], e
 def search_run(query_ids, q, doc_ids, d, *, k=100, mesh=None, exclude_self=False, backend="exact"):
     """{query id: {doc id: score}} of the top-k documents of every query by q · d."""
     scores, indices = search.top_k(q, d, k=k + int(exclude_self), backend=backend, mesh=mesh)
+    return _as_run(query_ids, doc_ids, scores, indices, k, exclude_self)
+
+
+def _as_run(query_ids, doc_ids, scores, indices, k: int, exclude_self: bool) -> dict[str, dict[str, float]]:
     run = metrics.run_from_top_k(query_ids, doc_ids, scores, indices)
     if exclude_self:
         run = {qid: dict(list(((d, s) for d, s in docs.items() if d != qid))[:k]) for qid, docs in run.items()}
     return run
+
+
+def calibration_sample(d: np.ndarray, size: int) -> np.ndarray:
+    """An evenly spaced sample of `size` document embeddings (all when fewer): int8's calibration."""
+    if size < 2:
+        raise BadValueError(f"evaluate.calibration_size must be >= 2, got {size}")
+    return d[np.linspace(0, len(d) - 1, min(size, len(d))).astype(int)]
 
 
 def dense_run(
@@ -115,25 +126,31 @@ def write_trec(path, run: dict[str, dict[str, float]], tag: str) -> None:
                 f.write(f"{qid} Q0 {did} {rank} {score:.9g} {tag}\n")
 
 
-def _write_record(out, name, task, split, step, collection, run, measures, k, backend, dim) -> dict:
-    """<name>.json (valid JSON or none): the metrics and per-query values of `run` (naming <name>.trec
-    when `dim` is None, the full embedding; `dim`: the first dim dimensions); returns the metrics."""
+def _write_record(out, name, task, split, step, collection, run, measures, k, backend, about: dict) -> dict:
+    """<name>.json (valid JSON or none): the metrics and per-query values of `run`, with `about` (dim,
+    precision, rescore, trec, what the index costs); returns the metrics."""
     results = metrics.evaluate(collection.qrels, run, measures)
     record = {
         "task": task,
         "split": split,
         "step": step,
-        **({} if dim is None else {"dim": dim}),
+        **{key: value for key, value in about.items() if key in ("dim", "precision", "rescore")},
         "queries": len(run),
         "corpus": len(collection.corpus),
         "k": k,
         "backend": backend,
         "metrics": results,
-        **({"trec": name + ".trec"} if dim is None else {}),
+        **{key: value for key, value in about.items() if key not in ("dim", "precision", "rescore")},
         "per_query": metrics.per_query(collection.qrels, run, measures),
     }
     write_atomic(out / f"{name}.json", json.dumps(record, indent=1, allow_nan=False))
-    what = "" if dim is None else f", first {dim} dimensions"
+    what = "".join(
+        [
+            f", first {about['dim']} dimensions" if "dim" in about else "",
+            f", {about['precision']}" if about.get("precision", "float32") != "float32" else "",
+            f" rescored from the top {about['rescore']}·k" if about.get("rescore") else "",
+        ]
+    )
     print(
         f"{task}/{split}{'' if step is None else f' step {step}'}{what}: {len(run):,} queries, "
         f"{len(collection.corpus):,} documents "
@@ -141,6 +158,41 @@ def _write_record(out, name, task, split, step, collection, run, measures, k, ba
     )
     print(format_table(results))
     return results
+
+
+def _compressed_run(query_ids, q, doc_ids, d, precision, factor, sample, *, k, mesh, exclude_self, backend):
+    """(run, what it measured) of the index at `precision` (rescored from the top k·factor when
+    factor > 0), int8 calibrated on `sample`."""
+    ranges = quantization.int8_ranges(sample) if precision == "int8" else None
+    found = compressed.compressed_top_k(
+        q, d, precision, k=k + int(exclude_self), ranges=ranges, rescore_factor=factor, mesh=mesh
+    )
+    about = {"precision": precision, **({"rescore": factor} if factor else {})}
+    about |= {"bytes_per_document": found.bytes_per_document, "queries_per_second": round(found.queries_per_second, 1)}
+    if precision == "int8":
+        about["calibration"] = {"source": "an even sample of the corpus", "documents": len(sample)}
+    scores = found.scores
+    if precision != "float32":
+        # int8 / binary scores tie often (integers): the records score the ranking the index returns,
+        # ties in its order (the lower corpus index first), not the evaluator's tie-break (trec_eval's:
+        # by document id, descending)
+        scores = np.broadcast_to(-np.arange(scores.shape[1], dtype=np.float32), scores.shape)
+    return _as_run(query_ids, doc_ids, scores, found.indices, k, exclude_self), about
+
+
+def _variants(precisions, rescore: int):
+    """(precision, rescore factor) of every record: each precision as stored, and int8 / binary
+    also rescored when `rescore` > 0."""
+    if not precisions or len(set(precisions)) != len(precisions):
+        raise BadValueError(f"evaluate.precisions must name distinct precisions; got {tuple(precisions)}")
+    for precision in precisions:
+        quantization.check_precision(precision, "evaluate.precisions entry (--precisions)")
+    if rescore < 0:
+        raise BadValueError(f"evaluate.rescore (--rescore) must be >= 0 (0: no rescoring), got {rescore}")
+    for precision in precisions:
+        yield precision, 0
+        if rescore and precision != "float32":
+            yield precision, rescore
 
 
 def format_table(results: dict[str, float]) -> str:
@@ -164,6 +216,9 @@ def evaluate(
     dims: tuple[int, ...] | None = None,
     max_queries: int | None = None,
     candidates: int | None = None,
+    precisions: tuple[str, ...] = ("float32",),
+    rescore: int = 0,
+    calibration_size: int = 10000,
 ) -> dict[str, float]:
     """Evaluate the checkpoint at `step` (default: the latest) of MODEL_DIR on task/split (default:
     test, or dev for a task without a test split); lengths default to the run's train.query_length /
@@ -178,6 +233,13 @@ def evaluate(
     (a quick look at a big corpus): an even sample of the judged queries ranked among their relevant
     documents and an even sample of the others, `candidates` in all (RetrievalCollection.sample);
     the record is then <task>_<split>_step<N>_q<max_queries>_c<candidates>.json.
+    `precisions` (CLI --precisions float32,int8,binary): also the metrics of the index compressed
+    as serving stores it (quantization.py; evaluation/compressed.py), queries compressed alike,
+    each in <name>[_dim<k>]_<precision>.json, for every dimension of `dims` too, from one encoding
+    pass; int8's per-dimension ranges come from an even sample of `calibration_size` document
+    embeddings. `rescore` R > 0: int8 / binary also with the top k·R re-ranked by the float query
+    (<name>..._<precision>_rescore<R>.json). Each record says the index's bytes a document and,
+    for an exact search, its queries a second.
     """
     import jax
 
@@ -214,20 +276,39 @@ def evaluate(
                 f"evaluate.dims (--dims) must be increasing dimensions in [1, {width}] (the model's embedding "
                 f"dimension); got {tuple(dims)}"
             )
+    variants = list(_variants(precisions, rescore))  # checked before the corpus is encoded
+    if len(variants) > 1 and backend != "exact":
+        raise BadValueError(f"evaluate.precisions / rescore search on device: use backend 'exact', not {backend!r}")
     query_ids, q, doc_ids, d = dense_embeddings(encoder, collection.queries, collection.corpus, embeddings_dir)
-    search_args = dict(k=k, mesh=encoder.mesh, exclude_self=task.startswith("beir_"), backend=backend)
+    exclude_self = task.startswith("beir_")
+    search_args = dict(k=k, mesh=encoder.mesh, exclude_self=exclude_self, backend=backend)
     measures = metrics.measures_for_depth(k)
-    for dim in dims or ():
-        run = search_run(query_ids, truncated(q, dim), doc_ids, truncated(d, dim), **search_args)
-        if jax.process_index() == 0:
-            _write_record(
-                out, f"{name}_dim{dim}", task, split, encoder.step, collection, run, measures, k, backend, dim
+    full_run = results = None
+    for dim in [*(dims or ()), None]:
+        qd, dd = (q, d) if dim is None else (truncated(q, dim), truncated(d, dim))
+        sample = calibration_sample(dd, calibration_size) if any(p == "int8" for p, _ in variants) else None
+        for precision, factor in variants:
+            about = {} if dim is None else {"dim": dim}
+            if len(variants) == 1 and precision == "float32":
+                run = search_run(query_ids, qd, doc_ids, dd, **search_args)
+            else:
+                run, measured = _compressed_run(query_ids, qd, doc_ids, dd, precision, factor, sample, **search_args)
+                about |= measured
+            full_run = run if dim is None and full_run is None else full_run
+            if jax.process_index() != 0:
+                continue
+            suffix = (f"_dim{dim}" if dim else "") + ("" if precision == "float32" else f"_{precision}")
+            suffix += f"_rescore{factor}" if factor else ""
+            if run is full_run:  # the record `compare` and significance tests elsewhere read
+                tag = "samtone" + (f"_step{encoder.step}" if encoder.step is not None else "")
+                write_trec(out / f"{name + suffix}.trec", run, tag)
+                about["trec"] = f"{name + suffix}.trec"
+            record = _write_record(
+                out, name + suffix, task, split, encoder.step, collection, run, measures, k, backend, about
             )
-    run = search_run(query_ids, q, doc_ids, d, **search_args)
+            results = record if run is full_run else results
     if jax.process_index() != 0:
-        return metrics.evaluate(collection.qrels, run, measures)
-    write_trec(out / f"{name}.trec", run, "samtone" + (f"_step{encoder.step}" if encoder.step is not None else ""))
-    results = _write_record(out, name, task, split, encoder.step, collection, run, measures, k, backend, None)
+        return metrics.evaluate(collection.qrels, full_run, measures)
     if not keep_embeddings:
         paths.as_path(embeddings_dir).rmtree(missing_ok=True)
     return results

@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from samtone_jax import quantization
 from samtone_jax.errors import BadValueError
 from samtone_jax.evaluation import native_top_k
 
@@ -50,13 +51,24 @@ def _use_native(selection: str, recall_target: float | None) -> bool:
 
 
 def chunked_top_k(
-    queries, corpus, k: int, chunk_size: int, n: int, offset=0, recall_target=None, selection: str = "auto", scale=None
+    queries,
+    corpus,
+    k: int,
+    chunk_size: int,
+    n: int,
+    offset=0,
+    recall_target=None,
+    selection: str = "auto",
+    scale=None,
+    bits: int | None = None,
 ):
     """Top-k over `corpus` rows (global ids offset + row; rows with id >= n are padding).
 
-    `corpus` may be float32, bfloat16 or int8 with `scale` [rows] float32 (row r is corpus[r] ·
-    scale[r]); each chunk is widened to float32 inside the scan, one chunk at a time, so an int8
-    corpus never exists whole in float32 (its compiled temporaries stay a chunk's). A bfloat16
+    `corpus` may be float32, bfloat16, int8 (optionally with `scale` [rows] float32: row r is
+    corpus[r] · scale[r]), or uint8 sign bits packed 8 a byte (`bits` = D, quantization.pack_bits;
+    queries then ±1 [Q, D], so scores are D − 2 · Hamming distance); each chunk is widened to float32
+    inside the scan, one chunk at a time, so a compressed corpus never exists whole in float32 (its
+    compiled temporaries stay a chunk's). A bfloat16
     corpus on XLA:CPU does: CPU dots have no bfloat16 kernel, and XLA moves the convert it inserts
     out of the loop onto the whole corpus (TPU and GPU dots read bfloat16 as stored).
 
@@ -81,7 +93,8 @@ def chunked_top_k(
 
     def merge(carry, x):
         chunk, chunk_scale, start = x
-        scores = jnp.einsum("qd,cd->qc", queries, chunk.astype(jnp.float32), preferred_element_type=jnp.float32)
+        rows = quantization.unpack_signs(chunk, bits) if bits else chunk.astype(jnp.float32)
+        scores = jnp.einsum("qd,cd->qc", queries, rows, preferred_element_type=jnp.float32)
         if scale is not None:
             scores = scores * chunk_scale[None, :]
         args = (scores, offset + start, *carry)
@@ -96,18 +109,20 @@ def chunked_top_k(
     return native_top_k.sort_best(scores, ids) if native else (scores, ids)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "recall_target", "selection"))
-def _top_k(queries, corpus, k: int, chunk_size: int, n: int, recall_target=None, selection="auto"):
-    return chunked_top_k(queries, corpus, k, chunk_size, n, recall_target=recall_target, selection=selection)
+@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "recall_target", "selection", "bits"))
+def _top_k(queries, corpus, k: int, chunk_size: int, n: int, recall_target=None, selection="auto", bits=None):
+    return chunked_top_k(queries, corpus, k, chunk_size, n, recall_target=recall_target, selection=selection, bits=bits)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "mesh", "recall_target", "selection"))
-def _sharded_top_k(queries, corpus, k: int, chunk_size: int, n: int, mesh, recall_target=None, selection="auto"):
+@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "mesh", "recall_target", "selection", "bits"))
+def _sharded_top_k(
+    queries, corpus, k: int, chunk_size: int, n: int, mesh, recall_target=None, selection="auto", bits=None
+):
     rows = corpus.shape[0] // mesh.shape["data"]
 
     def local(q, shard):
         offset = jax.lax.axis_index("data") * rows
-        scores, ids = chunked_top_k(q, shard, k, chunk_size, n, offset, recall_target, selection)
+        scores, ids = chunked_top_k(q, shard, k, chunk_size, n, offset, recall_target, selection, bits=bits)
         scores = jax.lax.all_gather(scores, "data", axis=1, tiled=True)  # [Q, devices·k], device order
         ids = jax.lax.all_gather(ids, "data", axis=1, tiled=True)
         top, where = jax.lax.top_k(scores, k)
@@ -130,10 +145,13 @@ class ExactIndex:
     """A corpus placed on device once (padded to whole chunks, sharded over the mesh's 'data' axis)
     and searched exactly, like faiss's IndexFlatIP: build it once, then `search` query batches.
 
-    corpus [N, D]. `chunk_size` None picks `auto_chunk_size`. `recall_target` (e.g. 0.95) selects
-    with lax.approx_max_k, which is fast on TPU and exact (a sort) elsewhere. `selection` picks how
-    exact chunks merge on CPU devices: 'auto' (the native kernel when it builds, else lax.top_k),
-    'native', or 'lax'.
+    corpus [N, D] float (searched in float32); or compressed as serving stores it
+    (quantization.py), searched as stored: int8 codes [N, D] (scores are the integer inner products
+    of int8 queries), or packed sign bits uint8 [N, ceil(D / 8)] with `bits` = D (Hamming search:
+    scores D − 2 · Hamming distance to packed queries). `chunk_size` None picks `auto_chunk_size`.
+    `recall_target` (e.g. 0.95) selects with lax.approx_max_k, which is fast on TPU and exact (a
+    sort) elsewhere. `selection` picks how exact chunks merge on CPU devices: 'auto' (the native
+    kernel when it builds, else lax.top_k), 'native', or 'lax'.
     """
 
     def __init__(
@@ -144,28 +162,48 @@ class ExactIndex:
         query_batch: int = 1024,
         recall_target: float | None = None,
         selection: str = "auto",
+        bits: int | None = None,
     ):
-        corpus = np.asarray(corpus, np.float32)
+        corpus = np.asarray(corpus)
         if corpus.ndim != 2:
             raise BadValueError(f"the corpus must be [N, D] embeddings, got shape {corpus.shape}")
+        if bits is not None and (corpus.dtype != np.uint8 or corpus.shape[1] != -(-bits // 8)):
+            raise BadValueError(
+                f"a binary corpus of {bits} bits a vector is uint8 [N, {-(-bits // 8)}] (quantization.pack_bits); "
+                f"got {corpus.dtype} {corpus.shape}"
+            )
+        if bits is None and corpus.dtype != np.int8:
+            corpus = corpus.astype(np.float32)
         _use_native(selection, recall_target)  # a bad `selection` fails here, not at the first search
-        self.n, self.dim, self.mesh, self.query_batch = len(corpus), corpus.shape[1], mesh, query_batch
+        self.n, self.dim, self.mesh, self.query_batch = len(corpus), bits or corpus.shape[1], mesh, query_batch
+        self.dtype, self.bits = corpus.dtype, bits
         devices = 1 if mesh is None else mesh.shape["data"]
         chunk_size = chunk_size or auto_chunk_size(query_batch, self.dim)
         self.chunk_size = max(1, min(chunk_size, -(-self.n // devices)))
         padded = np.pad(corpus, ((0, (-self.n) % (self.chunk_size * devices)), (0, 0)))
-        options = {"n": self.n, "recall_target": recall_target, "selection": selection}
+        options = {"n": self.n, "recall_target": recall_target, "selection": selection, "bits": bits}
         if mesh is None:
             self.corpus, self._search = jnp.asarray(padded), functools.partial(_top_k, **options)
         else:
             self.corpus = jax.device_put(padded, NamedSharding(mesh, P("data")))
             self._search = functools.partial(_sharded_top_k, mesh=mesh, **options)
 
+    def _as_rows(self, queries: np.ndarray) -> np.ndarray:
+        """Queries in the corpus's representation -> float32 [Q, D] rows to multiply with it."""
+        queries = np.asarray(queries)
+        width = self.dim if self.bits is None else -(-self.bits // 8)
+        kind = {np.dtype(np.int8): "int8 codes ", np.dtype(np.uint8): "packed bits "}.get(self.dtype, "")
+        if queries.ndim != 2 or queries.shape[1] != width or (kind and queries.dtype != self.dtype):
+            raise BadValueError(
+                f"queries must be {kind}[Q, {width}] to search this corpus, got {queries.dtype} {queries.shape}"
+            )
+        if self.bits is not None:
+            return quantization.unpack_signs(queries, self.bits)
+        return queries.astype(np.float32)
+
     def search(self, queries: np.ndarray, k: int = 100) -> tuple[np.ndarray, np.ndarray]:
         """(scores [Q, k] float32, corpus indices [Q, k] int32), best first, ties by lower index."""
-        queries = np.asarray(queries, np.float32)
-        if queries.ndim != 2 or queries.shape[1] != self.dim:
-            raise BadValueError(f"queries must be [Q, {self.dim}] to search this corpus, got shape {queries.shape}")
+        queries = self._as_rows(queries)
         k = min(k, self.n)
         out_scores, out_ids = [], []
         for start in range(0, len(queries), self.query_batch):

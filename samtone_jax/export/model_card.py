@@ -35,8 +35,8 @@ def eval_results(run_dir: str) -> list[dict]:
             key = (record["task"], record["split"])
         except (ValueError, KeyError, TypeError):
             continue
-        if record.get("dim") is not None:  # `samtone eval --dims`: a truncation, not the model's score
-            continue
+        if record.get("dim") is not None or record.get("precision", "float32") != "float32":
+            continue  # `samtone eval --dims / --precisions`: a truncation or compression, not the model's score
         if key not in latest or record.get("step", 0) >= latest[key].get("step", 0):
             latest[key] = record
     return [latest[k] for k in sorted(latest)]

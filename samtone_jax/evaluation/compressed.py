@@ -1,0 +1,88 @@
+"""Retrieval over compressed embeddings, as a serving index stores them (quantization.py): the
+corpus and the queries in one precision, searched as stored on device (search.ExactIndex: int8
+codes by their integer inner products, packed sign bits by Hamming distance), and optionally the
+top k · `rescore` candidates re-ranked by the float query against each candidate's decoded codes
+(sentence-transformers' rescoring: int8 codes dequantized, bits as ±1).
+
+What one such search costs is measured beside it: bytes a document in the index, and queries a
+second searched once compiled (a repeat of the first query batch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from samtone_jax import quantization
+from samtone_jax.errors import BadValueError
+from samtone_jax.evaluation import search
+
+RESCORE_BATCH = 256  # queries a rescoring step: [batch, k · rescore, D] float32 decoded candidates
+
+
+@dataclasses.dataclass(frozen=True)
+class CompressedSearch:
+    """(scores [Q, k], indices [Q, k]) of one precision, with what the index costs."""
+
+    scores: np.ndarray
+    indices: np.ndarray
+    bytes_per_document: int
+    queries_per_second: float
+
+
+def rescore(queries: np.ndarray, codes: np.ndarray, candidates: np.ndarray, precision: str, ranges, k: int):
+    """The candidates [Q, K'] (corpus rows of `codes`) re-ranked by the float queries [Q, D] against
+    their decoded codes; (scores [Q, k], indices [Q, k]), ties in the candidates' order."""
+    dim = queries.shape[1]
+    scores, indices = [], []
+    for start in range(0, len(queries), RESCORE_BATCH):
+        q, rows = queries[start : start + RESCORE_BATCH], candidates[start : start + RESCORE_BATCH]
+        decoded = quantization.decode(codes[rows], precision, dim, ranges)  # [B, K', D]
+        s = np.einsum("bd,bkd->bk", q, decoded, dtype=np.float32)
+        order = np.argsort(-s, axis=1, kind="stable")[:, :k]
+        scores.append(np.take_along_axis(s, order, axis=1))
+        indices.append(np.take_along_axis(rows, order, axis=1))
+    if not scores:
+        return np.zeros((0, k), np.float32), np.zeros((0, k), np.int32)
+    return np.concatenate(scores), np.concatenate(indices)
+
+
+def compressed_top_k(
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    precision: str,
+    *,
+    k: int = 100,
+    ranges: np.ndarray | None = None,
+    rescore_factor: int = 0,
+    mesh=None,
+    query_batch: int = 1024,
+) -> CompressedSearch:
+    """Float embeddings queries [Q, D] and corpus [N, D] searched at `precision` (float32, int8 with
+    `ranges` [2, D] — quantization.int8_ranges of a calibration sample —, binary); `rescore_factor`
+    R > 0 (int8 / binary): the top k · R re-ranked by the float queries."""
+    quantization.check_precision(precision, "evaluate.precisions entry")
+    if rescore_factor < 0:
+        raise BadValueError(f"evaluate.rescore must be >= 0 (0: no rescoring), got {rescore_factor}")
+    if precision == "int8" and ranges is None:
+        raise BadValueError("int8 search needs ranges (quantization.int8_ranges of a calibration sample)")
+    dim = corpus.shape[1]
+    codes = quantization.encode(np.asarray(corpus, np.float32), precision, ranges)
+    query_codes = quantization.encode(np.asarray(queries, np.float32), precision, ranges)
+    index = search.ExactIndex(codes, mesh, query_batch=query_batch, bits=dim if precision == "binary" else None)
+    depth = k * rescore_factor if rescore_factor and precision != "float32" else k
+    queries = np.asarray(queries, np.float32)
+
+    def run(first: int | None):
+        scores, indices = index.search(query_codes[:first], depth)
+        if depth > k:
+            scores, indices = rescore(queries[:first], codes, indices, precision, ranges, k)
+        return scores, indices
+
+    scores, indices = run(None)
+    start = time.perf_counter()
+    run(query_batch)  # compiled by now: a query batch's search (and rescoring) at its own speed
+    rate = min(len(queries), query_batch) / max(time.perf_counter() - start, 1e-9)
+    return CompressedSearch(scores, indices, quantization.bytes_per_vector(precision, dim), rate)

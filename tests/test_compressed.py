@@ -1,0 +1,169 @@
+"""Compressed embeddings (quantization.py) and retrieval over them (evaluation/compressed.py,
+search.ExactIndex on int8 codes and packed bits): the codes equal sentence-transformers' own, each
+search equals a brute-force reference written here, sharded equals one device, and `samtone eval
+--precisions` writes one record per (dimension, precision)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from samtone_jax import partitioning, quantization
+from samtone_jax.errors import BadValueError
+from samtone_jax.evaluation import compressed, search
+
+
+def _unit(rng, n, d):
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def embeddings():
+    rng = np.random.default_rng(0)
+    return _unit(rng, 60, 37), _unit(rng, 900, 37)  # queries, corpus; 37: bits that do not fill a byte
+
+
+def test_codes_equal_sentence_transformers_quantize_embeddings(embeddings):
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    q, d = embeddings
+    calibration = d[:300]
+    ranges = quantization.int8_ranges(calibration)
+    theirs = quantize_embeddings(q, "int8", calibration_embeddings=calibration)
+    np.testing.assert_array_equal(quantization.quantize_int8(q, ranges), theirs)  # bit for bit, out-of-range clipped
+    np.testing.assert_array_equal(quantization.pack_bits(d), quantize_embeddings(d, "ubinary"))
+    # On device (the quantization-aware loss): bits equal; int8 codes at most one bucket apart (XLA's
+    # vectorised division may round a value sitting on a bucket edge the other way).
+    np.testing.assert_array_equal(np.asarray(quantization.pack_bits(jnp.asarray(d))), quantization.pack_bits(d))
+    on_device = np.asarray(quantization.quantize_int8(jnp.asarray(q), ranges)).astype(int)
+    assert np.abs(on_device - theirs.astype(int)).max() <= 1
+    # Decoding: each code's bucket lower edge; within one step of the value it encodes (in range).
+    steps = (ranges[1] - ranges[0]) / 255
+    inside = quantization.quantize_int8(calibration, ranges)
+    error = calibration - quantization.dequantize_int8(inside, ranges)
+    assert (error >= -1e-6).all() and (error <= steps + 1e-6).all()
+    signs = quantization.unpack_signs(quantization.pack_bits(d), 37)
+    np.testing.assert_array_equal(signs, np.where(d > 0, 1.0, -1.0))
+
+
+def test_int8_and_binary_search_equal_brute_force_and_sharded_equals_one_device(embeddings):
+    q, d = embeddings
+    ranges = quantization.int8_ranges(d)
+    q8, d8 = quantization.quantize_int8(q, ranges), quantization.quantize_int8(d, ranges)
+    qb, db = quantization.pack_bits(q), quantization.pack_bits(d)
+    integer = q8.astype(np.int64) @ d8.astype(np.int64).T  # the integer inner products
+    hamming = np.unpackbits(qb[:, None, :] ^ db[None, :, :], axis=-1).sum(axis=-1).astype(np.int64)
+    mesh = partitioning.create_mesh(devices=jax.devices()[:4])
+    for codes, queries, bits, reference in ((d8, q8, None, integer), (db, qb, 37, 37 - 2 * hamming)):
+        order = np.argsort(-reference, axis=1, kind="stable")[:, :10]  # ties: the lower index first
+        for where in (None, mesh):
+            scores, ids = search.ExactIndex(codes, where, chunk_size=64, bits=bits).search(queries, 10)
+            np.testing.assert_array_equal(ids, order)
+            np.testing.assert_array_equal(scores, np.take_along_axis(reference, order, axis=1).astype(np.float32))
+
+
+def test_rescoring_reranks_the_candidates_by_the_float_query(embeddings):
+    """int8 / binary with rescore R: the top 10·R of the compressed search re-ranked by q · decoded."""
+    q, d = embeddings
+    ranges = quantization.int8_ranges(d[::3])
+    for precision in ("int8", "binary"):
+        found = compressed.compressed_top_k(q, d, precision, k=10, ranges=ranges, rescore_factor=4)
+        plain = compressed.compressed_top_k(q, d, precision, k=40, ranges=ranges)
+        if precision == "int8":
+            decoded = quantization.dequantize_int8(quantization.quantize_int8(d, ranges), ranges)
+        else:
+            decoded = np.where(d > 0, 1.0, -1.0).astype(np.float32)
+        for i in range(len(q)):
+            candidates = plain.indices[i]
+            scores = decoded[candidates] @ q[i]
+            best = candidates[np.argsort(-scores, kind="stable")[:10]]
+            np.testing.assert_array_equal(found.indices[i], best)
+            np.testing.assert_allclose(found.scores[i], decoded[best] @ q[i], rtol=1e-5, atol=1e-6)
+        assert found.bytes_per_document == {"int8": 37, "binary": 5}[precision]
+        assert found.queries_per_second > 0
+    exact = compressed.compressed_top_k(q, d, "float32", k=10)
+    np.testing.assert_array_equal(exact.indices, search.exact_top_k(q, d, 10)[1])
+    assert exact.bytes_per_document == 4 * 37
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda q, d: compressed.compressed_top_k(q, d, "int4"), "unknown evaluate.precisions entry 'int4'"),
+        (lambda q, d: compressed.compressed_top_k(q, d, "int8"), "int8 search needs ranges"),
+        (lambda q, d: compressed.compressed_top_k(q, d, "binary", rescore_factor=-1), "must be >= 0"),
+        (lambda q, d: quantization.int8_ranges(d[:1]), "at least 2 embeddings"),
+        (lambda q, d: quantization.quantize_int8(d, np.zeros((2, 5))), r"shape \(2, 5\).*need \(2, 37\)"),
+        (lambda q, d: search.ExactIndex(quantization.pack_bits(d), bits=64), r"uint8 \[N, 8\]"),
+        (
+            lambda q, d: search.ExactIndex(quantization.pack_bits(d), bits=37).search(q, 3),
+            r"queries must be packed bits \[Q, 5\]",
+        ),
+    ],
+)
+def test_bad_compressed_input_is_refused_with_what_to_do(embeddings, call, match):
+    with pytest.raises(BadValueError, match=match):
+        call(*embeddings)
+
+
+def test_eval_precisions_writes_a_record_per_dimension_and_precision(trained_run, wordnet_env, tmp_path, capsys):
+    """`samtone eval --precisions float32,int8,binary --rescore 2 --dims 8`: a record for each
+    (dimension, precision[, rescored]); each one's P@1 that of a brute-force search written here on the
+    embeddings the eval kept, compressed the same way (int8 calibrated on every document: the corpus
+    is smaller than the sample); the model card ignores all but the float32 record."""
+    from samtone_jax import cli
+    from samtone_jax.evaluation.embedding_store import load_shards
+    from samtone_jax.export.model_card import eval_results
+    from samtone_jax.tasks import catalogue
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("eval"))
+    flags = ["eval", f"--checkpoint={run}", "--task=wordnet_definitions", "--split=all"]
+    assert cli.main([*flags, "--precisions", "float32,int8,binary", "--rescore", "2", "--dims", "8"]) == 0
+    written = sorted(p.name for p in (run / "eval").glob("*.json"))
+    base = "wordnet_definitions_all_step2"
+    variants = ["", "_int8", "_int8_rescore2", "_binary", "_binary_rescore2"]
+    assert written == sorted(f"{base}{dim}{v}.json" for dim in ("", "_dim8") for v in variants)
+    collection = catalogue.collection("wordnet_definitions", "all")
+    query_ids, q = load_shards(str(run / "eval" / "embeddings" / base / "queries"))
+    doc_ids, d = load_shards(str(run / "eval" / "embeddings" / base / "documents"))
+    assert query_ids == sorted(collection.queries) and doc_ids == sorted(collection.corpus)
+
+    def p_at_1(scores):
+        best = np.argmax(scores, axis=1)  # the first maximum: ties to the lower index, as the search
+        return np.mean([collection.qrels[qid].get(doc_ids[j], 0) > 0 for qid, j in zip(query_ids, best, strict=True)])
+
+    for dim in (8, 32):
+        qk = q[:, :dim] / np.linalg.norm(q[:, :dim], axis=1, keepdims=True)
+        dk = d[:, :dim] / np.linalg.norm(d[:, :dim], axis=1, keepdims=True)
+        lo, hi = dk.min(axis=0), dk.max(axis=0)
+        step = np.where(hi == lo, 1, (hi - lo) / np.float32(255))
+        q8, d8 = (np.clip(np.floor((x - lo) / step), 0, 255) - 128 for x in (qk, dk))
+        expected = {
+            "int8": p_at_1(q8 @ d8.T),
+            "binary": p_at_1(np.where(qk > 0, 1.0, -1.0) @ np.where(dk > 0, 1.0, -1.0).T),  # bit: x > 0
+        }
+        name = base + ("" if dim == 32 else f"_dim{dim}")
+        for precision, bytes_per_document in (("int8", dim), ("binary", dim // 8)):
+            record = json.loads((run / "eval" / f"{name}_{precision}.json").read_text())
+            assert record["precision"] == precision and record["bytes_per_document"] == bytes_per_document
+            assert record["metrics"]["P@1"] == pytest.approx(expected[precision], abs=1e-9), (dim, precision)
+            assert record["queries_per_second"] > 0
+        assert json.loads((run / "eval" / f"{name}_int8.json").read_text())["calibration"]["documents"] == len(d)
+        rescored = json.loads((run / "eval" / f"{name}_binary_rescore2.json").read_text())
+        assert rescored["rescore"] == 2 and rescored["precision"] == "binary"
+    float32 = json.loads((run / "eval" / f"{base}.json").read_text())
+    assert float32["precision"] == "float32" and float32["bytes_per_document"] == 4 * 32
+    assert float32["metrics"]["P@1"] == pytest.approx(p_at_1(q @ d.T), abs=1e-9)
+    assert [(r.get("dim"), r.get("precision")) for r in eval_results(str(run))] == [(None, "float32")]
+    capsys.readouterr()
+    assert cli.main([*flags, "--precisions", "float32,int4"]) == 2
+    assert "unknown evaluate.precisions entry (--precisions) 'int4'" in capsys.readouterr().err
+    assert cli.main([*flags, "--precisions", "int8,int8"]) == 2
+    assert cli.main([*flags, "--precisions", "int8", "--rescore", "-1"]) == 2
