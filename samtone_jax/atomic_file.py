@@ -37,9 +37,23 @@ def _staging_name(target) -> str:
 def _remove_orphans(target) -> None:
     """Remove the staging files / folders of a local `target` whose writing process no longer runs on
     this host (a SIGKILL or power cut skips every cleanup; the next write of the same target tidies
-    up). Local only: a gs:// target is staged in a local temporary folder, never beside it."""
-    prefix = f"{os.path.basename(os.fspath(target))}.tmp-"
+    up)."""
     parent = os.path.dirname(os.fspath(target)) or "."
+    _remove_dead_writers(parent, f"{os.path.basename(os.fspath(target))}.tmp-")
+
+
+REMOTE_STAGING = "samtone_jax-staging-"  # <tmp>/samtone_jax-staging-<pid>-...: a gs:// write's local copy
+
+
+def _remote_staging() -> str:
+    """A local folder to stage a gs:// write in, named by this process; a killed writer's leftovers
+    (their process is gone) are removed first."""
+    _remove_dead_writers(tempfile.gettempdir(), REMOTE_STAGING)
+    return tempfile.mkdtemp(prefix=f"{REMOTE_STAGING}{os.getpid()}-")
+
+
+def _remove_dead_writers(parent: str, prefix: str) -> None:
+    """Remove parent's entries named [.]<prefix><pid>-... whose process no longer runs on this host."""
     for name in os.listdir(parent) if os.path.isdir(parent) else ():
         rest = name.lstrip(".")[len(prefix) :] if name.lstrip(".").startswith(prefix) else ""
         pid = rest.split("-")[0]
@@ -83,11 +97,14 @@ def atomic_open(path, mode: str = "wb"):
     target = paths.as_path(path)
     encoding = None if "b" in mode else "utf-8"
     if paths.is_remote(target):
-        with tempfile.TemporaryDirectory(prefix="samtone_jax-") as staging:
+        staging = _remote_staging()
+        try:
             local = os.path.join(staging, target.name)
             with open(local, mode, encoding=encoding) as f:  # local staging file, uploaded below
                 yield f
             paths.upload(local, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
         return
     with _writable(target):
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +154,7 @@ def atomic_directory(path, overwrite: bool = False):
         raise ExistingFileError(f"{target} already exists; choose another destination or remove it first (--overwrite)")
     remote = paths.is_remote(target)
     if remote:
-        staging = tempfile.mkdtemp(prefix="samtone_jax-")
+        staging = _remote_staging()
     else:
         with _writable(target):
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -240,7 +240,9 @@ def load_export(
     info = json.loads((root / run_folders.EXPORT_JSON).read_text())
     model = gin_utils.model_from_gin_text(load_model_gin(directory))
     params, _ = import_export(directory, model)
-    vocab = vocab_lib.tokens(vocabulary or str(root / info["vocabulary"]), info["extra_ids"])
+    vocab_path = vocabulary or str(root / info["vocabulary"])
+    vocab_lib.check_fits(vocab_path, model.config, "--vocabulary" if vocabulary else "the export's vocabulary")
+    vocab = vocab_lib.tokens(vocab_path, info["extra_ids"])
     return Encoder(
         model,
         params,

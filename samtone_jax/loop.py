@@ -231,6 +231,15 @@ def install_stop_flag():
 # would be skipped or repeated, so these are refused; anything else (a learning rate, eval settings)
 # may change and is recorded (config_history/).
 DATA_POSITION = ("task", "split", "batch_size", "seed", "data_shards", "shuffle_block_size", "num_negatives")
+# ... and, outside the mode's own gin name, what draws the batches' tasks and their negatives.
+DATA_POSITION_ELSEWHERE = (
+    "train.task_batches",
+    "TaskBatches.rates",
+    "TaskBatches.temperature",
+    "TaskBatches.batch_sizes",
+    "mixtures.declared",
+    "hard_negatives_file.path",
+)
 
 
 def check_existing_run(
@@ -277,6 +286,9 @@ def _check_data_position(model_dir, saved: str, now: str, gin_name: str) -> None
         then, here = old.get(key, defaults[name]), new.get(key, defaults[name])
         if then != here:
             differ.append(f"{key}: {then!r} in its config.gin, {here!r} here")
+    for key in DATA_POSITION_ELSEWHERE:
+        if old.get(key) != new.get(key):
+            differ.append(f"{key}: {old.get(key)!r} in its config.gin, {new.get(key)!r} here")
     if differ:
         raise BadValueError(
             f"{model_dir} was trained with other data settings ({'; '.join(differ)}): its data resumes by batch "

@@ -158,6 +158,33 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings):
     return jax.device_put(params, shardings)
 
 
+def _check_init_checkpoint(init_checkpoint: str | None, model, model_dir) -> None:
+    """A fresh run's INIT_CHECKPOINT exists, is complete, and (a parameter checkpoint or another run)
+    has this model's parameter shapes: one line before MODEL_DIR is written, not at the first step.
+    A run that resumes reads its own checkpoint instead, so its INIT_CHECKPOINT is not needed."""
+    if not init_checkpoint or run_folders.complete_steps(model_dir):
+        return
+    from samtone_jax import gin_utils, inference
+
+    kind, directory, _ = inference.resolve(init_checkpoint)
+    if kind == "export":  # a Hugging Face folder: its shapes are checked as it is imported
+        return
+    from samtone_jax.checkpoints import load_model_gin
+
+    text = load_model_gin(directory) if kind == "params" else (paths.as_path(directory) / "config.gin").read_text()
+    theirs = gin_utils.model_from_gin_text(text)
+
+    def shapes(m):
+        return jax.tree_util.tree_map(lambda x: x.shape, jax.eval_shape(lambda: init_params(m, jax.random.PRNGKey(0))))
+
+    if shapes(theirs) != shapes(model):
+        raise BadValueError(
+            f"train.init_checkpoint={init_checkpoint!r} does not fit the gin model (architecture "
+            f"{model.architecture}; its model.gin says {theirs.architecture}, other shapes): use the same "
+            "architectures/ and models/ gin files as the run that wrote it"
+        )
+
+
 def _keep_vocabulary(vocabulary: str | None, model_dir) -> None:
     """Copy the SentencePiece model to MODEL_DIR/vocab.model (a BERT-family tokenizer.json to
     MODEL_DIR/tokenizer.json; atomically, local or gs:// either side), so the run is self-contained
@@ -349,8 +376,13 @@ def fit(
     from samtone_jax.tasks import registration  # seqio + TensorFlow: when a run starts, not for every gin parse
 
     inputs.check_mesh(mesh)
-    vocab_lib.check_fits(inputs.spec.vocabulary, model.config, "train.vocabulary")  # before MODEL_DIR is written
-    inputs.check_data()  # every task's data as the run reads it (a mixture's every member), before MODEL_DIR
+    # Everything the run reads, checked before MODEL_DIR is written: the vocabulary against the model,
+    # every task's data as the run reads it (a mixture's every member; the eval split too),
+    # INIT_CHECKPOINT, and the retrieval eval's collection (read and tokenised once, here).
+    vocab_lib.check_fits(inputs.spec.vocabulary, model.config, "train.vocabulary")
+    inputs.check_data(also_splits=(evaluation.split,) if evaluation.split else ())
+    _check_init_checkpoint(init_checkpoint, model, model_dir)
+    evaluate = _evaluator(model, mesh, loss_fn, inputs, evaluation)
     tx, lr_schedule = optimizer.make(train_steps=schedule.train_steps)
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if jax.process_index() == 0:
@@ -382,7 +414,7 @@ def fit(
             init_state=init_state,
             batches=batch_source(inputs, mesh, packing, grad_cache_chunk_size),
             step=step,
-            evaluate=_evaluator(model, mesh, loss_fn, inputs, evaluation),
+            evaluate=evaluate,
         )
 
 

@@ -77,11 +77,12 @@ class TrainInputs:
                 f"of the {hosts} host(s)"
             )
 
-    def check_data(self) -> None:
+    def check_data(self, also_splits: tuple[str, ...] = ()) -> None:
         """Read every task the run draws from, as the run will (a mixture: each member now, not when
         it is first drawn, which may be hours in), before MODEL_DIR is written: a missing file, a task
         with no query that has train.num_negatives hard negatives, or a batch larger than its task's
-        examples fails at start-up, naming the task."""
+        examples fails at start-up, naming the task. `also_splits` (the in-batch eval's
+        train.eval_split) are read the same way."""
         from samtone_jax.tasks import catalogue, registration
 
         mixtures = catalogue.mixtures()
@@ -92,6 +93,10 @@ class TrainInputs:
             if self.task in seqio.MixtureRegistry.names():
                 names = [t.name for t in seqio.get_mixture_or_task(self.task).tasks]
         sizes = {name: len(registration.examples(name, self.split, self.spec)["query_id"]) for name in names}
+        for split in also_splits:
+            for name in names:
+                if not len(registration.examples(name, split, self.spec)["query_id"]):
+                    raise BadValueError(f"train.eval_split: task {name}/{split} has no pairs to evaluate on")
         if self.task_batches is None:
             if sum(sizes.values()) < self.batch_size:
                 raise BadValueError(

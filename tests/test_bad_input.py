@@ -6,7 +6,12 @@ The probes numbered as in the issue that collected them; the ones that held befo
 covered where they live: SIGKILL -> bit-exact resume and SIGTERM -> checkpoint (test_train_loop.py),
 storage lost during a save (test_gcs.py), export over an existing folder, missing gin / vocabulary
 (test_export.py), other-architecture INIT_CHECKPOINT (test_inference.py), importer format and
-config mismatches (test_checkpoints_real.py), long and empty texts (test_inference.py)."""
+config mismatches (test_checkpoints_real.py), long and empty texts (test_inference.py).
+
+Issue 35's probes are the test_issue35_* tests here, except those that live beside their subject: a
+stop during the eval (test_loop.py; on two processes, test_train_loop.py), duplicate ids and truncated
+.gz files (test_own_data.py, test_data_readers.py), negatives / teacher rows of unknown queries
+(test_hard_negatives.py), a killed writer's staging, local and gs:// (test_inference.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from conftest import tiny_train_argv
 
 from samtone_jax import cli, configurables
 from samtone_jax.data import records
+from samtone_jax.errors import BadValueError
 from samtone_jax.tasks import catalogue
 
 
@@ -438,6 +444,7 @@ def _corrupt_vocabulary(folder):
         (None, "--gin.VOCAB_SIZE=50", "has 100 pieces but the tower embeds 50 (T5Config.vocab_size, gin VOCAB_SIZE)"),
         (_corrupt_vocabulary, None, "corrupt.model is not a SentencePiece model"),
         (lambda folder: folder, None, "is a folder: point it at the SentencePiece .model file"),
+        (None, "--gin.train.vocabulary=None", "is not set, so T5's public vocabulary is used: its 32,000 pieces"),
     ],
 )
 def test_issue35_a_vocabulary_that_cannot_serve_the_model_is_refused_before_model_dir(
@@ -452,6 +459,32 @@ def test_issue35_a_vocabulary_that_cannot_serve_the_model_is_refused_before_mode
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not model_dir.exists()
+
+
+def test_issue35_load_eval_and_export_refuse_a_vocabulary_the_model_cannot_embed(
+    trained_run, wordnet_env, tmp_path, capsys
+):
+    """The vocabulary-size check at load (a run, an export) and eval, not only at train: a 130-piece
+    vocabulary given to a 100-id model is refused in one line before anything is encoded."""
+    import samtone_jax
+    from samtone_jax.data import vocab as vocab_lib
+    from samtone_jax.tasks import catalogue
+
+    collection = catalogue.collection("wordnet_definitions", "all")
+    big = tmp_path / "big.model"
+    texts = [*collection.queries.values(), *collection.corpus.values()]
+    vocab_lib.train_sentencepiece(texts + [f"word{i} token{i * 7} piece{i % 13}" for i in range(400)], 130, str(big))
+    said = "has 130 pieces but the tower embeds 100"
+    with pytest.raises(BadValueError, match=said):
+        samtone_jax.load(str(trained_run), vocabulary=str(big))
+    assert cli.main(["eval", f"--checkpoint={trained_run}", "--task=wordnet_definitions", f"--vocabulary={big}"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1
+    export = tmp_path / "export"
+    assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--out={export}"]) == 0
+    assert samtone_jax.load(str(export)).encode_queries(["a dog"]).shape == (1, 32)  # its own vocabulary fits
+    with pytest.raises(BadValueError, match=said):
+        samtone_jax.load(str(export), vocabulary=str(big))
 
 
 def _own_pairs(folder, n):
@@ -494,11 +527,21 @@ def test_issue35_a_mixture_member_without_hard_negatives_fails_at_start_up_not_w
             ["--gin.train.num_negatives=1", "--gin.hard_negatives_file.path='{folder}'"],
             "is a folder; a file is expected",
         ),
+        # read at the first eval, or the first step, before: hours in
+        (
+            ["--gin.train.eval_every=1", "--gin.train.eval_split='dev'"],
+            "task 'wordnet_definitions' has splits ('train', 'test', 'all'); got 'dev'",
+        ),
+        (["--gin.train.eval_every=1", "--gin.train.retrieval_eval_task='no_such_task'"], "no_such_task"),
+        (["--gin.train.init_checkpoint='{folder}/nothing'"], "nothing does not exist"),
+        (["--gin.train.init_checkpoint='{trained}'", "--gin.VOCAB_SIZE=120"], "does not fit the gin model"),
     ],
 )
-def test_issue35_data_a_run_cannot_use_is_refused_before_model_dir(wordnet_env, tmp_path, capsys, extra, said):
+def test_issue35_data_a_run_cannot_use_is_refused_before_model_dir(
+    trained_run, wordnet_env, tmp_path, capsys, extra, said
+):
     model_dir = tmp_path / "run"
-    extra = [*_own_pairs(tmp_path, 5), *(e.format(folder=tmp_path) for e in extra)]
+    extra = [*_own_pairs(tmp_path, 5), *(e.format(folder=tmp_path, trained=trained_run) for e in extra)]
     assert cli.main(tiny_train_argv(model_dir, wordnet_env[1], steps=1, extra=extra)) == 2
     err = capsys.readouterr().err
     assert said in err and len(err.strip().splitlines()) == 1
@@ -519,6 +562,12 @@ def test_issue35_resuming_with_other_data_settings_is_refused_other_changes_are_
     err = capsys.readouterr().err
     assert "train.batch_size: 8 in its config.gin, 16 here" in err and "would be skipped or repeated" in err
     assert (model_dir / "config.gin").read_text() == before and _steps(model_dir) == [2]
+    # what draws the batches' tasks and negatives, outside train.*: refused the same way
+    negatives = tmp_path / "negatives.tsv"
+    negatives.write_text("q\td\n")
+    argv = tiny_train_argv(model_dir, wordnet_env[1], steps=3, extra=[f"--gin.hard_negatives_file.path='{negatives}'"])
+    assert cli.main(argv) == 2
+    assert f"hard_negatives_file.path: None in its config.gin, '{negatives}' here" in capsys.readouterr().err
     argv = tiny_train_argv(model_dir, wordnet_env[1], steps=3, extra=["--gin.adafactor.learning_rate=0.02"])
     assert cli.main(argv) == 0 and _steps(model_dir) == [2, 3]
     assert (model_dir / "config_history" / "config.step2.gin").read_text() == before

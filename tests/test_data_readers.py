@@ -39,6 +39,36 @@ def test_multireqa_official_route(tmp_path):
         multireqa.official_paths(str(tmp_path), "bioasq", "train")
 
 
+def test_multireqa_and_wordnet_follow_the_one_rule_for_duplicate_ids(tmp_path):
+    """records.UniqueIds, as BEIR / MS MARCO / own files: an id repeated with its text is counted and
+    read once; with another text it is refused naming both lines (before: the last one won)."""
+    import gzip
+    import json
+
+    mrqa_path, cand_path = write_multireqa(tmp_path)
+    with gzip.open(cand_path, "at") as f:  # candidate 0 again, the same span: counted
+        f.write(json.dumps({"candidate_id": "SQuAD_q1/q2/q3/_0", "response_start": 0, "response_end": 31}) + "\n")
+    c = multireqa.load_official(mrqa_path, cand_path)
+    assert c.stats["duplicate_document_lines"] == 1 and len(c.corpus) == 3
+    with gzip.open(cand_path, "at") as f:  # ... and another span under the same id: refused
+        f.write(json.dumps({"candidate_id": "SQuAD_q1/q2/q3/_0", "response_start": 32, "response_end": 53}) + "\n")
+    with pytest.raises(
+        BadRecordError, match=r"candidates.json.gz:6: document id 'SQuAD_q1/q2/q3/_0' is also on line 1"
+    ):
+        multireqa.load_official(mrqa_path, cand_path)
+    root = write_wordnet(tmp_path / "wn")
+    with open(root / "data.noun") as f:
+        line = next(row for row in f if row.startswith("00149262"))
+    with open(root / "data.noun", "a") as f:
+        f.write(line)
+    c = wordnet.load_collection(str(root))
+    assert c.stats["duplicate_document_lines"] == 1 and len(c.corpus) == 6 and len(c.pairs()) == 5
+    with open(root / "data.noun", "a") as f:
+        f.write(line.replace("loosening the ties", "tightening the ties"))
+    with pytest.raises(BadRecordError, match=r"data.noun:\d+: document id 'n00149262' is also on line \d+"):
+        wordnet.load_collection(str(root))
+
+
 def test_malformed_line_names_file_and_line_or_is_counted(tmp_path):
     path = tmp_path / "queries.jsonl"
     path.write_text('{"_id": "1", "text": "a"}\n{"_id": "2", "text": "b"\n{"_id": "3"}\n')

@@ -304,6 +304,35 @@ def test_a_killed_writers_staging_is_removed_by_the_next_write_a_live_ones_is_ke
     ]
 
 
+def test_a_killed_writers_local_staging_of_a_gs_write_is_removed_by_the_next_one(tmp_path, gcs, monkeypatch):
+    """A gs:// write stages in <tmp>/samtone_jax-staging-<pid>-...; a SIGKILLed writer's copy (its
+    process gone) is removed by the next gs:// write on the host, a running writer's kept, and a
+    finished write leaves nothing there."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from samtone_jax import paths
+    from samtone_jax.atomic_file import atomic_directory, write_atomic
+
+    local_tmp = tmp_path / "tmp"
+    local_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(local_tmp))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (local_tmp / f"samtone_jax-staging-{int(dead.stdout)}-abc" / "model.safetensors").parent.mkdir()
+    (local_tmp / f"samtone_jax-staging-{os.getppid()}-def").mkdir()  # a live writer's
+    bucket = gcs.bucket()
+    write_atomic(f"{bucket}/staging/out.txt", "done")
+    assert sorted(os.listdir(local_tmp)) == [f"samtone_jax-staging-{os.getppid()}-def"]
+    with atomic_directory(f"{bucket}/staging/export") as staging:
+        assert os.path.basename(staging).startswith(f"samtone_jax-staging-{os.getpid()}-")
+        with open(os.path.join(staging, "a.txt"), "w") as f:
+            f.write("x")
+    assert sorted(os.listdir(local_tmp)) == [f"samtone_jax-staging-{os.getppid()}-def"]
+    assert paths.as_path(f"{bucket}/staging/out.txt").read_text() == "done"
+    assert paths.as_path(f"{bucket}/staging/export/a.txt").read_text() == "x"
+
+
 def test_init_checkpoint_may_be_a_model_dir_or_an_export(trained_run, tmp_path):
     """STAR / fine-tuning start from another run: its MODEL_DIR, a step directory, or an export."""
     from samtone_jax import configurables, gin_utils, optimizer, train

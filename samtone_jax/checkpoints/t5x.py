@@ -45,7 +45,8 @@ def _read_tensorstore(directory: str, spec: dict) -> np.ndarray:
     relative = kvstore["path"] if isinstance(kvstore, dict) else kvstore
     full = {"driver": spec["driver"], "kvstore": _kvstore(directory, relative)}
     try:
-        return np.asarray(ts.open(full, read=True).result().read().result())
+        # read-only, in a context of its own: no cache pool or file handles shared with other stores
+        return np.asarray(ts.open(full, read=True, context=ts.Context()).result().read().result())
     except Exception as e:  # tensorstore raises ValueError subclasses with terse messages
         raise MissingFileError(f"T5X array {relative!r} could not be read from {full['kvstore']}: {e}") from e
 

@@ -20,7 +20,7 @@ import json
 
 from samtone_jax import paths
 from samtone_jax.data.collection import RetrievalCollection
-from samtone_jax.data.records import BadRecordError, ReadStats, open_text, read_jsonl
+from samtone_jax.data.records import BadRecordError, ReadStats, UniqueIds, open_text, read_jsonl, unique_ids
 from samtone_jax.errors import BadValueError
 
 # Task suffix -> MRQA / MultiReQA dataset name, and whether MultiReQA has a training split.
@@ -42,9 +42,9 @@ def _context_key(dataset: str, context: dict) -> str:
 
 
 def read_mrqa(path: str, stats: ReadStats, skip_bad_records: bool = False) -> tuple[str, dict[str, dict]]:
-    """(dataset name from the header, {context key: context}) of an MRQA jsonl(.gz) file."""
+    """(dataset name from the header, {context key: context, with its `line`}) of an MRQA jsonl(.gz) file."""
     dataset, contexts = None, {}
-    for record in read_jsonl(path, stats, skip_bad_records):
+    for line, record in read_jsonl(path, stats, skip_bad_records, numbered=True):
         if "header" in record:
             dataset = record["header"].get("dataset")
             continue
@@ -57,7 +57,7 @@ def read_mrqa(path: str, stats: ReadStats, skip_bad_records: bool = False) -> tu
                 raise BadRecordError(f"{path}: a context line lacks 'context' or 'qas'")
             stats["bad_records"] += 1
             continue
-        contexts[_context_key(dataset, record)] = record
+        contexts[_context_key(dataset, record)] = dict(record, line=line)
     if dataset is None:
         raise BadRecordError(f"{path}: empty MRQA file (no header line)")
     return dataset, contexts
@@ -68,9 +68,13 @@ def load_official(mrqa_path: str, candidates_path: str, skip_bad_records: bool =
     stats = ReadStats()
     _, contexts = read_mrqa(mrqa_path, stats, skip_bad_records)
     sentences: dict[str, list[tuple[str, int, int]]] = {}  # context key -> [(cid, start, end)]
-    corpus = {}
-    for record in read_jsonl(
-        candidates_path, stats, skip_bad_records, require=("candidate_id", "response_start", "response_end")
+    corpus = UniqueIds(candidates_path, "document", stats)
+    for line, record in read_jsonl(
+        candidates_path,
+        stats,
+        skip_bad_records,
+        require=("candidate_id", "response_start", "response_end"),
+        numbered=True,
     ):
         key, sep, _ = record["candidate_id"].rpartition("/_")
         context = contexts.get(key)
@@ -78,9 +82,10 @@ def load_official(mrqa_path: str, candidates_path: str, skip_bad_records: bool =
             stats["candidates_without_context"] += 1
             continue
         start, end = int(record["response_start"]), int(record["response_end"])
-        corpus[record["candidate_id"]] = context["context"][start:end]
-        sentences.setdefault(key, []).append((record["candidate_id"], start, end))
-    queries, qrels = {}, {}
+        if corpus.add(line, record["candidate_id"], context["context"][start:end]):
+            sentences.setdefault(key, []).append((record["candidate_id"], start, end))
+    questions = UniqueIds(mrqa_path, "query", stats)
+    qrels = {}
     for key, context in contexts.items():
         spans = sentences.get(key, [])
         for qa in context["qas"]:
@@ -95,9 +100,9 @@ def load_official(mrqa_path: str, candidates_path: str, skip_bad_records: bool =
             if not gold:
                 stats["questions_without_gold_sentence"] += 1
                 continue
-            queries[qa["qid"]] = qa["question"]
-            qrels[qa["qid"]] = {cid: 1 for cid in sorted(gold)}
-    return RetrievalCollection(name, queries, corpus, qrels, stats=stats).drop_empty()
+            if questions.add(context["line"], qa["qid"], qa["question"]):
+                qrels[qa["qid"]] = {cid: 1 for cid in sorted(gold)}
+    return RetrievalCollection(name, questions.table, corpus.table, qrels, stats=stats).drop_empty()
 
 
 def official_paths(data_dir: str, suffix: str, split: str) -> tuple[str, str]:
@@ -158,12 +163,16 @@ def load_squad_dev(
     stats = ReadStats()
     corpus, queries, qrels, question_paragraph = {}, {}, {}, {}
     if not paragraphs:
-        for c in read_jsonl(
-            paths.join(directory, "candidates.jsonl"), stats, skip_bad_records, require=("cid", "text")
-        ):
-            corpus[c["cid"]] = c["text"]
+        candidates = paths.join(directory, "candidates.jsonl")
+        rows = read_jsonl(candidates, stats, skip_bad_records, require=("cid", "text"), numbered=True)
+        corpus = unique_ids(((line, (c["cid"], c["text"])) for line, c in rows), candidates, "document", stats)
     questions = paths.join(directory, "questions.jsonl")
-    for q in read_jsonl(questions, stats, skip_bad_records, require=("qid", "question", "gold", "context_idx")):
+    unique = UniqueIds(questions, "query", stats)
+    for line, q in read_jsonl(
+        questions, stats, skip_bad_records, require=("qid", "question", "gold", "context_idx"), numbered=True
+    ):
+        if not unique.add(line, q["qid"], q["question"]):
+            continue
         queries[q["qid"]] = q["question"]
         question_paragraph[q["qid"]] = int(q["context_idx"])
         qrels[q["qid"]] = {f"p{int(q['context_idx'])}": 1} if paragraphs else {cid: 1 for cid in q["gold"]}

@@ -43,22 +43,37 @@ class ReadStats(collections.Counter):
             log.warning("%s: %s", what, ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in sorted(problems.items())))
 
 
-def unique_ids(rows, path: str, kind: str, stats: ReadStats) -> dict[str, str]:
-    """{id: text} of numbered (line, (id, text)) rows: an id repeated with the same text is counted
-    (`duplicate_<kind>_lines`), with another text it is an error naming both lines, never a silent
-    overwrite of the text a judgement was made on."""
-    table: dict[str, str] = {}
-    first: dict[str, int] = {}
-    for line, (key, text) in rows:
-        if key not in table:
-            table[key], first[key] = text, line
-        elif table[key] == text:
-            stats[f"duplicate_{kind}_lines"] += 1
-        else:
+class UniqueIds:
+    """Every reader's one rule for ids (BEIR, MS MARCO, MultiReQA, SQuAD, WordNet, your own files):
+    an id repeated with the same text is counted (`duplicate_<kind>_lines`) and read once; with
+    another text it is an error naming both lines, never a silent overwrite of the text a judgement
+    was made on."""
+
+    def __init__(self, path: str, kind: str, stats: ReadStats):
+        self.path, self.kind, self.stats = path, kind, stats
+        self.table: dict[str, str] = {}
+        self._first: dict[str, int] = {}
+
+    def add(self, line: int, key: str, text: str) -> bool:
+        """Whether `key` is new (a same-text repeat: counted, False; another text: BadRecordError)."""
+        if key not in self.table:
+            self.table[key], self._first[key] = text, line
+            return True
+        if self.table[key] != text:
             raise BadRecordError(
-                f"{path}:{line}: {kind} id {key!r} is also on line {first[key]} with another text; ids must be unique"
+                f"{self.path}:{line}: {self.kind} id {key!r} is also on line {self._first[key]} with another text; "
+                "ids must be unique"
             )
-    return table
+        self.stats[f"duplicate_{self.kind}_lines"] += 1
+        return False
+
+
+def unique_ids(rows, path: str, kind: str, stats: ReadStats) -> dict[str, str]:
+    """{id: text} of numbered (line, (id, text)) rows, by UniqueIds' rule."""
+    ids = UniqueIds(path, kind, stats)
+    for line, (key, text) in rows:
+        ids.add(line, key, text)
+    return ids.table
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from samtone_jax import paths
 from samtone_jax.errors import BadValueError, MissingFileError, UnreachableError
 
 DEFAULT_VOCAB_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
+PUBLIC_T5_PIECES = 32000  # DEFAULT_VOCAB_PATH's pieces (then 100 extra ids)
 DEFAULT_EXTRA_IDS = 100
 
 
@@ -61,7 +62,14 @@ def check_fits(path: str | None, config, what: str) -> None:
                 f"{what}={path!r} has {wordpiece.vocab_size} ids but the tower embeds {config.vocab_size} "
                 "(BertConfig.vocab_size): use the model's own tokenizer.json"
             )
-    elif path:  # the public T5 vocabulary (None) fits every T5.1.1 size
+    elif not path:  # T5's public vocabulary: text maps to its 32,000 pieces (the extra ids are sentinels)
+        if config.vocab_size < PUBLIC_T5_PIECES:
+            raise BadValueError(
+                f"{what} is not set, so T5's public vocabulary is used: its {PUBLIC_T5_PIECES:,} pieces do not fit "
+                f"the tower's {config.vocab_size} (T5Config.vocab_size, gin VOCAB_SIZE): set {what} to the "
+                "vocabulary the model was built for, or VOCAB_SIZE to at least 32128 (T5.1.1's)"
+            )
+    else:
         if paths.as_path(path).is_dir():
             raise BadValueError(f"{what}={path!r} is a folder: point it at the SentencePiece .model file")
         size = tokens(path).vocab_size  # reads it: a corrupt file fails here, naming it

@@ -16,7 +16,7 @@ import re
 
 from samtone_jax import paths
 from samtone_jax.data.collection import RetrievalCollection
-from samtone_jax.data.records import ReadStats, read_lines
+from samtone_jax.data.records import ReadStats, UniqueIds, read_lines
 from samtone_jax.errors import BadValueError, MissingFileError
 
 FILES = {"noun": "n", "verb": "v", "adj": "a", "adv": "r"}
@@ -60,7 +60,7 @@ def parse_data_line(line: str, pos: str) -> dict | None:
 
 
 def read_synsets(directory: str = DEFAULT_DIR, stats: ReadStats | None = None, skip_bad_records: bool = False):
-    """Every synset of the four data files, in file order."""
+    """Every synset of the four data files, in file order (with the `path` and `line` it is on)."""
     stats = ReadStats() if stats is None else stats
     for pos in FILES:
         path = paths.join(directory, f"data.{pos}")
@@ -69,9 +69,12 @@ def read_synsets(directory: str = DEFAULT_DIR, stats: ReadStats | None = None, s
                 f"{path} not found: install Debian's wordnet-base (apt-get install wordnet-base) "
                 "or set WORDNET_DIR to a folder with data.noun, data.verb, data.adj, data.adv"
             )
-        for synset in read_lines(path, lambda line, pos=pos: parse_data_line(line, pos), stats, skip_bad_records):
+        rows = read_lines(
+            path, lambda line, pos=pos: parse_data_line(line, pos), stats, skip_bad_records, numbered=True
+        )
+        for line, synset in rows:
             if synset is not None:
-                yield synset
+                yield dict(synset, path=path, line=line)
 
 
 def query_text(lemmas: list[str], example: str) -> str:
@@ -84,11 +87,13 @@ def query_text(lemmas: list[str], example: str) -> str:
 def load_collection(directory: str = DEFAULT_DIR, skip_bad_records: bool = False) -> RetrievalCollection:
     """Queries = example sentences (with lemma), corpus = every sense's definition, one qrel each."""
     stats = ReadStats()
-    queries, corpus, qrels = {}, {}, {}
+    queries, qrels, corpus = {}, {}, UniqueIds(directory, "document", stats)
     for synset in read_synsets(directory, stats, skip_bad_records):
-        corpus[synset["id"]] = synset["definition"]
+        corpus.path = synset["path"]
+        if not corpus.add(synset["line"], synset["id"], synset["definition"]):
+            continue
         for k, example in enumerate(synset["examples"]):
             qid = f"{synset['id']}#{k}"
             queries[qid] = query_text(synset["lemmas"], example)
             qrels[qid] = {synset["id"]: 1}
-    return RetrievalCollection("wordnet_definitions", queries, corpus, qrels, stats=stats).drop_empty()
+    return RetrievalCollection("wordnet_definitions", queries, corpus.table, qrels, stats=stats).drop_empty()
