@@ -57,6 +57,7 @@ EXAMPLES = {
     "train-adore": "samtone train-adore --gin_file=runs/adore.gin --gin.INIT=\"'runs/my_model'\" "
     "--gin.MODEL_DIR=\"'runs/adore'\" --gin.TASK=\"'multireqa_squad_dev'\"",
     "eval": "samtone eval --checkpoint=runs/my_model --task=wordnet_definitions --max_queries=2000 --candidates=20000",
+    "calibrate": "samtone calibrate --checkpoint=runs/my_model --task=wordnet_definitions --documents=10000",
     "encode": "samtone encode --checkpoint=runs/my_model --task=wordnet_definitions --split=test --side=document",
     "analyze": "samtone analyze --checkpoint=runs/minilm --checkpoint=runs/my_model --task=wordnet_definitions "
     "--split=test --out=/tmp/figures",
@@ -242,6 +243,16 @@ def build_parser() -> argparse.ArgumentParser:
             )
         p.set_defaults(run=commands.gin_command(module, function, report_final))
 
+    p = sub.add_parser("calibrate", help="the int8 ranges a model is served with, from a sample of a task's documents")
+    _checkpoint_flags(p)
+    _task_flags(p)
+    p.add_argument("--documents", type=int, default=10000, help="an even sample of this many documents (by id)")
+    p.add_argument(
+        "--dims", nargs="+", default=None, help="dimensions to calibrate (default: the Matryoshka ones and the full)"
+    )
+    _add_gin_flags(p)
+    p.set_defaults(run=commands.with_gin(commands.cmd_calibrate))
+
     p = sub.add_parser("encode", help="embed a task's queries / corpus into resumable shards")
     _checkpoint_flags(p)
     _task_flags(p)
@@ -249,6 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--side", choices=["query", "document", "both"], default="both", help="which texts to embed")
     p.add_argument("--out", default=None, help="output folder (default: <MODEL_DIR>/embeddings/<task>_<split>_step<N>)")
     p.add_argument("--shard_size", type=int, default=65536, help="rows per shard file (the unit of resumption)")
+    p.add_argument(
+        "--precision",
+        choices=["float32", "int8", "binary"],
+        default="float32",
+        help="store as an index serves them: int8 codes (the model's calibration.json) or packed sign bits",
+    )
+    p.add_argument("--dim", type=int, default=None, help="the first DIM dimensions, re-normalised (Matryoshka)")
     p.add_argument("--batch_size", type=int, default=256, help="texts (packed: rows) a batch (rounded to the devices)")
     p.add_argument(
         "--packing_max_segments", type=int, default=None, help="pack texts up to this many a row (same embeddings)"

@@ -193,9 +193,31 @@ def cmd_encode(args, bindings) -> int:
     for side in sides:
         texts = collection.queries if side == "query" else collection.corpus
         folder = paths.join(out, "queries" if side == "query" else "documents")
-        ids, embeddings = embed(encoder, texts, side, folder, args.shard_size)
+        ids, embeddings = embed(encoder, texts, side, folder, args.shard_size, args.precision, args.dim)
         if jax.process_index() == 0:
-            print(f"{len(ids):,} {side} embeddings [{embeddings.shape[1]}] of {args.task}/{split} -> {folder}")
+            what = f"{embeddings.dtype} {list(embeddings.shape[1:])}"
+            print(f"{len(ids):,} {side} embeddings ({what}) of {args.task}/{split} -> {folder}")
+    return 0
+
+
+def cmd_calibrate(args, bindings) -> int:
+    from samtone_jax import inference
+    from samtone_jax.evaluation.calibrate import calibrate
+
+    split, collection = load_task(args)
+    kind, directory, _ = inference.resolve(args.checkpoint, args.step)
+    encoder = inference.load_encoder(
+        args.checkpoint,
+        step=args.step,
+        vocabulary=args.vocabulary,
+        doc_length=args.doc_length,
+        task=args.task,
+        calibrated=False,  # the one being replaced may be stale or damaged
+    )
+    dims = tuple(int(k) for k in items(args.dims)) if args.dims else None
+    source = {"task": args.task, "split": split}
+    path = calibrate(encoder, directory, collection.corpus, args.documents, dims, source)
+    print(f"int8 ranges of {args.task}/{split} documents (step {encoder.step}) -> {path}")
     return 0
 
 

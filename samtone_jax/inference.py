@@ -47,6 +47,7 @@ class Encoder:
         document_prompt: str = "",
         matryoshka_dims: tuple[int, ...] | None = None,
         task_prompts: dict | None = None,
+        calibration=None,
     ):
         if isinstance(vocabulary, str):
             vocabulary = vocab_lib.tokens(vocabulary)
@@ -58,6 +59,8 @@ class Encoder:
         self.matryoshka_dims = tuple(matryoshka_dims) if matryoshka_dims else None
         # {task: (query prompt, document prompt)} of a run with per-task prompts (written into an export).
         self.task_prompts = dict(task_prompts or {})
+        # The int8 ranges it is served with (calibration.py; None: not calibrated for these weights).
+        self.calibration = calibration
         self._encoder = TextEmbedder(
             model, params, vocabulary, mesh, batch_size, packing_max_segments=packing_max_segments
         )
@@ -74,17 +77,42 @@ class Encoder:
     def architecture(self) -> str:
         return self.model.architecture
 
-    def encode_queries(self, texts: list[str], progress=None) -> np.ndarray:
+    def encode_queries(self, texts: list[str], progress=None, precision: str = "float32", dim: int | None = None):
         """[N, P] float32, L2-normalised query embeddings of query_prompt + text (truncated to
-        query_length tokens)."""
+        query_length tokens). `dim`: the first dim dimensions, re-normalised (Matryoshka);
+        `precision` 'int8' (codes with the model's calibration) or 'binary' (packed sign bits,
+        uint8 [N, ceil(dim / 8)]): as a compressed index stores them (quantization.py)."""
         texts = [self.query_prompt + t for t in texts]
-        return self._encoder.encode(texts, self.query_length, "query", progress)
+        return self._served(self._encoder.encode(texts, self.query_length, "query", progress), precision, dim)
 
-    def encode_documents(self, texts: list[str], progress=None) -> np.ndarray:
+    def encode_documents(
+        self, texts: list[str], progress=None, precision: str = "float32", dim: int | None = None
+    ) -> np.ndarray:
         """[N, P] float32, L2-normalised document embeddings of document_prompt + text (truncated
-        to doc_length tokens)."""
+        to doc_length tokens); `precision` and `dim` as encode_queries."""
         texts = [self.document_prompt + t for t in texts]
-        return self._encoder.encode(texts, self.doc_length, "document", progress)
+        return self._served(self._encoder.encode(texts, self.doc_length, "document", progress), precision, dim)
+
+    def _served(self, embeddings: np.ndarray, precision: str, dim: int | None) -> np.ndarray:
+        from samtone_jax import quantization
+
+        quantization.check_precision(precision)
+        if not len(embeddings):  # no texts: nothing to compress
+            return embeddings
+        width = embeddings.shape[1]
+        if dim is not None and not 1 <= dim <= width:
+            raise BadValueError(f"dim={dim}: the model embeds {width} dimensions")
+        if precision == "float32" and dim is None:
+            return embeddings
+        if precision == "int8":
+            if self.calibration is None:
+                raise MissingFileError(
+                    f"int8 needs the model's calibration, and {self.source} has none for step {self.step}: "
+                    f"samtone calibrate --checkpoint={self.source} --task=..."
+                )
+            return self.calibration.compress(embeddings, precision, dim)
+        x = embeddings if dim is None else quantization.truncated(embeddings, dim)
+        return quantization.encode(x, precision)
 
     def __repr__(self) -> str:
         return (
@@ -157,8 +185,10 @@ def load_encoder(
     mesh=None,
     packing_max_segments: int | None = None,
     task: str | None = None,
+    calibrated: bool = True,
 ) -> Encoder:
     """An `Encoder` for the checkpoint at `path` (see the module docstring for what `path` may be).
+    `calibrated` False: without the folder's calibration.json (samtone calibrate replaces it).
 
     Query / document lengths default to the run's `train.query_length` / `train.doc_length`; the
     prompts to the run's (those of `task` when the run set per-task prompts).
@@ -187,6 +217,7 @@ def load_encoder(
             mesh=mesh,
             packing_max_segments=packing_max_segments,
             task=task,
+            calibrated=calibrated,
         )
     else:
         text = load_model_gin(directory)
@@ -216,7 +247,28 @@ def load_encoder(
         document_prompt=document_prompt,
         matryoshka_dims=settings.get("train.matryoshka_dims"),
         task_prompts=dict(settings.get("prompts.per_task") or {}),
+        calibration=_calibration_of(directory, step) if calibrated else None,
     )
+
+
+def _calibration_of(directory: str, step: int | None):
+    """The folder's calibration when it was made with these weights (a run's of its step), else None."""
+    import logging
+
+    from samtone_jax import calibration
+
+    found = calibration.load(directory)
+    made_at = None if found is None else found.record.get("source", {}).get("step")
+    if found is not None and made_at != step:
+        logging.getLogger(__name__).warning(
+            "%s/%s is of step %s, not step %s: not used (recalibrate: samtone calibrate)",
+            directory,
+            run_folders.CALIBRATION,
+            made_at,
+            step,
+        )
+        return None
+    return found
 
 
 def load_export(
@@ -229,6 +281,7 @@ def load_export(
     mesh=None,
     packing_max_segments: int | None = None,
     task: str | None = None,
+    calibrated: bool = True,
 ) -> Encoder:
     """An `Encoder` for a `samtone export` folder, complete or still being checked by the export
     (`load_encoder` checks the commit marker first); its prompts are the export's (samtone.json)."""
@@ -255,6 +308,7 @@ def load_export(
         source=str(root),
         packing_max_segments=packing_max_segments,
         matryoshka_dims=info.get("matryoshka_dims"),
+        calibration=_calibration_of(directory, info["source"].get("step")) if calibrated else None,
         **_export_prompts(info, task),
     )
 

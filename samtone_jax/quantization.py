@@ -34,6 +34,12 @@ def bytes_per_vector(precision: str, dim: int) -> int:
     return {"float32": 4 * dim, "int8": dim, "binary": -(-dim // 8)}[precision]
 
 
+def truncated(x: np.ndarray, dim: int) -> np.ndarray:
+    """The first `dim` coordinates of each row, L2-normalised again (Matryoshka serving)."""
+    head = np.asarray(x[..., :dim], np.float32)
+    return head / np.maximum(np.linalg.norm(head, axis=-1, keepdims=True), 1e-12)
+
+
 def int8_ranges(calibration: np.ndarray) -> np.ndarray:
     """[2, D] float32: each dimension's (min, max) over calibration embeddings [N, D] (N >= 2)."""
     calibration = np.asarray(calibration, np.float32)

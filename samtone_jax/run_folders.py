@@ -29,6 +29,7 @@ CONFIG_HISTORY = "config_history"  # each earlier config.gin of a run resumed wi
 OPERATIVE_CONFIG_GIN = "operative_config.gin"
 VOCABULARY = "vocab.model"
 TOKENIZER = "tokenizer.json"
+CALIBRATION = "calibration.json"  # int8 ranges per served dimension (calibration.py), run / params / export
 LOCK = "lock.json"
 CHECKPOINTS = "checkpoints"
 STATE, META = "state", "meta"  # the items of one checkpoint step

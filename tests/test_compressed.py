@@ -167,3 +167,99 @@ def test_eval_precisions_writes_a_record_per_dimension_and_precision(trained_run
     assert "unknown evaluate.precisions entry (--precisions) 'int4'" in capsys.readouterr().err
     assert cli.main([*flags, "--precisions", "int8,int8"]) == 2
     assert cli.main([*flags, "--precisions", "int8", "--rescore", "-1"]) == 2
+
+
+def test_calibration_ships_with_the_model_through_load_eval_encode_and_export(
+    trained_run, wordnet_env, tmp_path, capsys, caplog
+):
+    """`samtone calibrate` writes the ranges of an even sample of documents per served dimension;
+    samtone_jax.load returns int8 codes equal to sentence-transformers' quantize_embeddings with those
+    ranges (and its ubinary bits), eval uses them, encode stores codes, the export carries them (with
+    the model card's explanation and MTEB's fields); a calibration of other weights or of another
+    dimension is refused, not used."""
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    import samtone_jax
+    from samtone_jax import cli
+    from samtone_jax.errors import MissingFileError
+    from samtone_jax.evaluation.embedding_store import load_shards
+    from samtone_jax.tasks import catalogue
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("eval"))
+    task = ["--task=wordnet_definitions", "--split=all"]
+    texts = ["a small dog", "the capital of France", ""]
+    with pytest.raises(MissingFileError, match="samtone calibrate --checkpoint="):
+        samtone_jax.load(str(run)).encode_documents(texts, precision="int8")
+    assert cli.main(["calibrate", f"--checkpoint={run}", *task, "--documents=30", "--dims", "8,32"]) == 0
+    record = json.loads((run / "calibration.json").read_text())
+    assert record["dims"] == [8, 32] and record["source"]["documents"] == 30 and record["source"]["step"] == 2
+    corpus = catalogue.collection("wordnet_definitions", "all").corpus
+    ids = sorted(corpus)
+    sample = [corpus[ids[i]] for i in np.linspace(0, len(ids) - 1, 30).astype(int)]
+    model = samtone_jax.load(str(run))
+    d = model.encode_documents(sample)
+    for dim in (8, 32):
+        head = d[:, :dim] / np.linalg.norm(d[:, :dim], axis=1, keepdims=True)
+        np.testing.assert_array_equal(record["int8_ranges"][str(dim)], [head.min(axis=0), head.max(axis=0)])
+    x = model.encode_documents(texts)
+    head = x[:, :8] / np.linalg.norm(x[:, :8], axis=1, keepdims=True)
+    ranges = np.array(record["int8_ranges"]["8"])
+    np.testing.assert_array_equal(
+        model.encode_documents(texts, precision="int8", dim=8), quantize_embeddings(head, "int8", ranges=ranges)
+    )
+    np.testing.assert_array_equal(
+        model.encode_queries(texts, precision="binary"), quantize_embeddings(model.encode_queries(texts), "ubinary")
+    )
+    with pytest.raises(BadValueError, match=r"int8 ranges for dimensions \[8, 32\], not 16.*--dims 16"):
+        model.encode_documents(texts, precision="int8", dim=16)
+    # eval reads the model's ranges; encode stores the codes
+    flags = ["eval", f"--checkpoint={run}", *task, "--precisions", "int8"]
+    assert cli.main(flags) == 0
+    evaluated = json.loads((run / "eval" / "wordnet_definitions_all_step2_int8.json").read_text())
+    assert evaluated["calibration"]["source"] == "the model's calibration.json"
+    out = tmp_path / "codes"
+    assert (
+        cli.main(
+            ["encode", f"--checkpoint={run}", *task, "--side=document", f"--out={out}", "--precision=int8", "--dim=8"]
+        )
+        == 0
+    )
+    stored_ids, codes = load_shards(str(out / "documents"))
+    assert codes.dtype == np.int8 and codes.shape == (len(ids), 8) and stored_ids == ids
+    # encode shards its batches over the 8 test devices, load encodes on one: float embeddings equal to
+    # ~1e-7, so a value on a bucket edge may land one code over
+    loaded = model.encode_documents([corpus[i] for i in ids], precision="int8", dim=8).astype(int)
+    assert np.abs(codes.astype(int) - loaded).max() <= 1 and (codes != loaded).mean() < 0.01
+    # the export carries them
+    export = tmp_path / "export"
+    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={export}"]) == 0
+    assert json.loads((export / "calibration.json").read_text()) == record
+    info = json.loads((export / "samtone.json").read_text())
+    assert info["calibration"] == "calibration.json"
+    assert info["mteb"] == {
+        "embed_dim": 32,
+        "max_tokens": 12,
+        "similarity_fn_name": "cosine",
+        "output_dtypes": ["float32", "int8", "binary"],
+        "training_datasets": {"wordnet_definitions": ["all"]},
+    }
+    assert "quantize_embeddings(embeddings, 'int8'" in (export / "README.md").read_text()
+    exported = samtone_jax.load(str(export))
+    np.testing.assert_array_equal(
+        exported.encode_documents(texts, precision="int8", dim=8),
+        model.encode_documents(texts, precision="int8", dim=8),
+    )
+    # a calibration made with other weights is not used; a damaged one is refused naming the file
+    (run / "calibration.json").write_text(json.dumps(dict(record, source=dict(record["source"], step=1))))
+    with caplog.at_level("WARNING"):
+        assert samtone_jax.load(str(run)).calibration is None
+    assert "is of step 1, not step 2: not used" in caplog.text
+    (run / "calibration.json").write_text(json.dumps(dict(record, int8_ranges={"8": [[0.0] * 7, [1.0] * 7]})))
+    with pytest.raises(BadValueError, match=r"calibration.json's int8 ranges of dimension 8 have shape \(2, 7\)"):
+        samtone_jax.load(str(run))
+    capsys.readouterr()
+    assert cli.main(["calibrate", f"--checkpoint={run}", *task, "--documents=1"]) == 2
+    assert "--documents must be at least 2" in capsys.readouterr().err
+    assert cli.main(["calibrate", f"--checkpoint={run}", *task, "--documents=30", "--dims", "8,32"]) == 0  # replaced
+    assert json.loads((run / "calibration.json").read_text()) == record

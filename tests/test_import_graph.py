@@ -37,6 +37,7 @@ LAYERS = (
         "distillation",
         "matryoshka",
         "quantization",
+        "calibration",
         "partitioning",
         "batch_embeddings",
         "grad_cache",

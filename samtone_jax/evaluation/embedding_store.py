@@ -2,6 +2,8 @@
 
     OUT/manifest.json                  rows, shard size, dimension-free fingerprint of what is encoded
     OUT/shard-00003-of-00042.npz       {embeddings [n, P] float32, ids [n] str} for rows [3·S, 4·S)
+                                       (compressed, `samtone encode --precision`: int8 codes [n, P], or
+                                       packed sign bits uint8 [n, ceil(P / 8)]; the manifest says which)
 
 Shard i belongs to process i mod process_count, so every host of a pod encodes its own share
 with its local devices (no cross-host traffic). Each shard is written to a temporary file and
@@ -90,7 +92,9 @@ def encode_to_shards(
     with Progress(rows, description, process_index=process_index) as progress:
         for i in todo:
             lo, hi = i * shard_size, min((i + 1) * shard_size, len(ids))
-            embeddings = np.asarray(encode(texts[lo:hi], progress.update), np.float32)
+            embeddings = np.asarray(encode(texts[lo:hi], progress.update))
+            if embeddings.dtype.kind == "f":  # float embeddings are kept as float32; codes as they are
+                embeddings = embeddings.astype(np.float32)
             if len(embeddings) != hi - lo or not np.isfinite(embeddings).all():
                 raise BadValueError(f"{description}: shard {i} has non-finite or missing embeddings; nothing written")
             with atomic_open(_shard_path(out_dir, i, count)) as f:

@@ -28,14 +28,24 @@ from samtone_jax.evaluation.embedding_store import encode_to_shards, load_shards
 
 
 def embed(
-    encoder, texts: dict[str, str], side: str, out_dir: str | None = None, shard_size: int = 65536
+    encoder,
+    texts: dict[str, str],
+    side: str,
+    out_dir: str | None = None,
+    shard_size: int = 65536,
+    precision: str = "float32",
+    dim: int | None = None,
 ) -> tuple[list[str], np.ndarray]:
     """(sorted ids, [N, P] embeddings) of `texts` on `side`; through resumable shards in `out_dir`
-    when given (every process encodes its share; all of them must call this)."""
+    when given (every process encodes its share; all of them must call this). `precision` / `dim`:
+    stored compressed as an index serves them (Encoder.encode_queries)."""
+    import functools
+
     import jax
 
     ids = sorted(texts)
     encode = encoder.encode_queries if side == "query" else encoder.encode_documents
+    encode = functools.partial(encode, precision=precision, dim=dim)
     what = "encoding queries" if side == "query" else "encoding documents"
     if out_dir is None:
         with Progress(len(ids), what, process_index=jax.process_index()) as progress:
@@ -45,6 +55,8 @@ def embed(
         "step": encoder.step,
         "side": side,
         "length": encoder.query_length if side == "query" else encoder.doc_length,
+        **({"precision": precision} if precision != "float32" else {}),
+        **({"dim": dim} if dim is not None else {}),
     }
     encode_to_shards(
         encode,
@@ -110,12 +122,6 @@ def dense_run(
     return search_run(*embedded, k=k, mesh=mesh, exclude_self=exclude_self, backend=backend)
 
 
-def truncated(x: np.ndarray, dim: int) -> np.ndarray:
-    """The first `dim` coordinates of each row, L2-normalised again (Matryoshka serving)."""
-    head = np.asarray(x[:, :dim], np.float32)
-    return head / np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
-
-
 def write_trec(path, run: dict[str, dict[str, float]], tag: str) -> None:
     """The run in TREC format, scores with 9 significant digits (float32 exactly: rounding to fewer
     would turn near-equal scores into ties that trec_eval breaks by document id, not by our order)."""
@@ -160,17 +166,28 @@ def _write_record(out, name, task, split, step, collection, run, measures, k, ba
     return results
 
 
-def _compressed_run(query_ids, q, doc_ids, d, precision, factor, sample, *, k, mesh, exclude_self, backend):
+def _int8_ranges(encoder, d: np.ndarray, size: int) -> tuple[np.ndarray, dict]:
+    """(ranges, where they came from) for documents d [N, D]: the model's calibration.json when it
+    has this dimension, else an even sample of `size` of the documents."""
+    shipped = encoder.calibration
+    if shipped is not None and d.shape[1] in shipped.ranges:
+        source = shipped.record.get("source", {})
+        return shipped.ranges[d.shape[1]], {"source": f"the model's {run_folders.CALIBRATION}", **source}
+    sample = calibration_sample(d, size)
+    return quantization.int8_ranges(sample), {"source": "an even sample of the corpus", "documents": len(sample)}
+
+
+def _compressed_run(query_ids, q, doc_ids, d, precision, factor, int8, *, k, mesh, exclude_self, backend):
     """(run, what it measured) of the index at `precision` (rescored from the top k·factor when
-    factor > 0), int8 calibrated on `sample`."""
-    ranges = quantization.int8_ranges(sample) if precision == "int8" else None
+    factor > 0), int8 with int8 = (ranges, where they came from)."""
+    ranges = int8[0] if precision == "int8" else None
     found = compressed.compressed_top_k(
         q, d, precision, k=k + int(exclude_self), ranges=ranges, rescore_factor=factor, mesh=mesh
     )
     about = {"precision": precision, **({"rescore": factor} if factor else {})}
     about |= {"bytes_per_document": found.bytes_per_document, "queries_per_second": round(found.queries_per_second, 1)}
     if precision == "int8":
-        about["calibration"] = {"source": "an even sample of the corpus", "documents": len(sample)}
+        about["calibration"] = int8[1]
     scores = found.scores
     if precision != "float32":
         # int8 / binary scores tie often (integers): the records score the ranking the index returns,
@@ -236,8 +253,9 @@ def evaluate(
     `precisions` (CLI --precisions float32,int8,binary): also the metrics of the index compressed
     as serving stores it (quantization.py; evaluation/compressed.py), queries compressed alike,
     each in <name>[_dim<k>]_<precision>.json, for every dimension of `dims` too, from one encoding
-    pass; int8's per-dimension ranges come from an even sample of `calibration_size` document
-    embeddings. `rescore` R > 0: int8 / binary also with the top k·R re-ranked by the float query
+    pass; int8's per-dimension ranges are the model's (calibration.json, `samtone calibrate`), else
+    from an even sample of `calibration_size` document embeddings (the record says which).
+    `rescore` R > 0: int8 / binary also with the top k·R re-ranked by the float query
     (<name>..._<precision>_rescore<R>.json). Each record says the index's bytes a document and,
     for an exact search, its queries a second.
     """
@@ -285,14 +303,14 @@ def evaluate(
     measures = metrics.measures_for_depth(k)
     full_run = results = None
     for dim in [*(dims or ()), None]:
-        qd, dd = (q, d) if dim is None else (truncated(q, dim), truncated(d, dim))
-        sample = calibration_sample(dd, calibration_size) if any(p == "int8" for p, _ in variants) else None
+        qd, dd = (q, d) if dim is None else (quantization.truncated(q, dim), quantization.truncated(d, dim))
+        int8 = _int8_ranges(encoder, dd, calibration_size) if any(p == "int8" for p, _ in variants) else None
         for precision, factor in variants:
             about = {} if dim is None else {"dim": dim}
             if len(variants) == 1 and precision == "float32":
                 run = search_run(query_ids, qd, doc_ids, dd, **search_args)
             else:
-                run, measured = _compressed_run(query_ids, qd, doc_ids, dd, precision, factor, sample, **search_args)
+                run, measured = _compressed_run(query_ids, qd, doc_ids, dd, precision, factor, int8, **search_args)
                 about |= measured
             full_run = run if dim is None and full_run is None else full_run
             if jax.process_index() != 0:

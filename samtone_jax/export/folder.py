@@ -137,7 +137,7 @@ def export(
 
     from samtone_jax import gin_utils, inference
     from samtone_jax.export import tokenizer as tokenizer_lib
-    from samtone_jax.export.model_card import model_card
+    from samtone_jax.export.model_card import model_card, mteb_metadata
 
     if fmt not in FORMATS:
         raise BadValueError(f"--format={fmt!r}: choose one of {FORMATS}")
@@ -181,11 +181,15 @@ def export(
             **({"matryoshka_dims": list(encoder.matryoshka_dims)} if encoder.matryoshka_dims else {}),
             **where,
             "source": {"checkpoint": encoder.source, "step": encoder.step},
+            **({"calibration": run_folders.CALIBRATION} if encoder.calibration is not None else {}),
+            "mteb": mteb_metadata(encoder.source, int(kernels["query"].shape[1]), longest, encoder.calibration),
         }
         staged = paths.as_path(tmp)  # local; becomes DST as a whole
         if not (staged / vocabulary_file).exists():  # (an SDE's tokenizer save already put tokenizer.json there)
             (staged / vocabulary_file).write_bytes(vocabulary_bytes)
         (staged / run_folders.MODEL_GIN).write_text(gin_utils.model_gin(encoder.model))
+        if encoder.calibration is not None:  # the int8 ranges it is served with (calibration.py)
+            encoder.calibration.save(staged)
         (staged / run_folders.EXPORT_JSON).write_text(json.dumps(info, indent=2))
         (staged / run_folders.MODEL_CARD).write_text(
             model_card(
@@ -198,6 +202,7 @@ def export(
                 run_dir=encoder.source,
                 step=encoder.step,
                 matryoshka_dims=encoder.matryoshka_dims,
+                calibration=encoder.calibration,
             )
         )
         texts = probes[:40] + [" ".join(probes[40:60])]  # one text longer than any length: truncation checked

@@ -42,6 +42,29 @@ def eval_results(run_dir: str) -> list[dict]:
     return [latest[k] for k in sorted(latest)]
 
 
+def mteb_metadata(run_dir: str, projection_dim: int, max_tokens: int, calibration=None) -> dict:
+    """MTEB's model metadata fields this run can fill: embedding dimension, maximum tokens, similarity,
+    output dtypes, and the training datasets (the task, or a declared mixture's members)."""
+    from samtone_jax import gin_utils
+
+    config = paths.as_path(run_dir) / run_folders.CONFIG_GIN
+    settings = gin_utils.read_bindings(config.read_text()) if config.exists() else {}
+    task = str(settings.get("train.task") or "")
+    mixtures = settings.get("mixtures.declared") or {}
+    from samtone_jax.tasks import catalogue
+
+    members = (mixtures.get(task) if isinstance(mixtures, dict) else None) or catalogue.MIXTURES.get(task)
+    names = list(members) if members else ([task] if task else [])
+    split = str(settings.get("train.split") or "train")
+    return {
+        "embed_dim": projection_dim,
+        "max_tokens": max_tokens,
+        "similarity_fn_name": "cosine",
+        "output_dtypes": ["float32", *(["int8"] if calibration is not None else []), "binary"],
+        "training_datasets": {name: [split] for name in names},
+    }
+
+
 def model_card(
     *,
     architecture: str,
@@ -53,6 +76,7 @@ def model_card(
     run_dir: str,
     step: int | None,
     matryoshka_dims=None,
+    calibration=None,
 ) -> str:
     settings = run_settings(run_dir)
     loss = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("contrastive_loss.")}
@@ -119,6 +143,20 @@ def model_card(
             lines.append(
                 f"| {r['task']} | {r['split']} | {r.get('step')} | {r.get('queries')} | {r.get('corpus')} | {values} |"
             )
+    if calibration is not None:
+        dims = ", ".join(map(str, sorted(calibration.ranges)))
+        lines += [
+            "",
+            "## Compressed serving",
+            f"- `calibration.json` holds the int8 ranges (per dimension: min, max) of {dims} dimensions, from "
+            f"{calibration.record['source'].get('documents')} documents of "
+            f"`{calibration.record['source'].get('task')}`; the loss was computed at "
+            f"{', '.join(calibration.record.get('trained_precisions', ['float32']))}.",
+            "- int8, as sentence-transformers quantizes: `quantize_embeddings(embeddings, 'int8', "
+            "ranges=np.array(json.load(open('calibration.json'))['int8_ranges']['DIM']))` (truncate to DIM and "
+            "re-normalise first); binary needs no calibration (`'ubinary'`: sign bits, Hamming distance).",
+            "- samtone_jax: `encoder.encode_documents(texts, precision='int8', dim=DIM)` returns the codes.",
+        ]
     lines += ["", "## Usage", ""]
     if fmt == "sentence-transformers":
         lines += [

@@ -1,0 +1,33 @@
+"""`samtone calibrate`: the int8 ranges a model is served with, from an even sample of a task's
+documents embedded by the model itself, written beside its weights (calibration.py) so that load,
+eval, encode and export use them.
+
+    samtone calibrate --checkpoint=runs/my_model --task=wordnet_definitions --documents=10000
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from samtone_jax import calibration, paths
+from samtone_jax.errors import BadValueError
+
+
+def calibrate(encoder, folder: str, documents: dict[str, str], size: int, dims=None, source=None) -> str:
+    """Embed an even sample (by id) of `size` of `documents` with `encoder` and write the folder's
+    calibration.json for `dims` (default: the model's Matryoshka dimensions and the full one)."""
+    if size < 2:
+        raise BadValueError(f"--documents must be at least 2 (a range needs a spread), got {size}")
+    ids = sorted(documents)
+    if len(ids) < 2:
+        raise BadValueError(f"the task has {len(ids)} documents: a calibration needs at least 2")
+    chosen = [ids[i] for i in np.linspace(0, len(ids) - 1, min(size, len(ids))).astype(int)]
+    embeddings = encoder.encode_documents([documents[i] for i in chosen])
+    dimension = embeddings.shape[1]
+    dims = sorted(set(dims or (*(encoder.matryoshka_dims or ()), dimension)))
+    if dims[0] < 1 or dims[-1] > dimension:
+        raise BadValueError(f"--dims must lie in [1, {dimension}] (the model's embedding dimension); got {dims}")
+    found = calibration.Calibration.from_sample(
+        embeddings, dims, source=dict(source or {}, step=encoder.step, model=paths.as_str(folder))
+    )
+    return found.save(folder)
