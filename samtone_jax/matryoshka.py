@@ -33,13 +33,15 @@ def check_dims(dims: Sequence[int], weights: Sequence[float] | None, what: str =
     dims = tuple(int(k) for k in dims)
     if not dims or any(k < 1 for k in dims) or any(a >= b for a, b in zip(dims, dims[1:], strict=False)):
         raise BadValueError(f"{what} must be strictly increasing positive dimensions, e.g. (64, 128, 256); got {dims}")
-    weights = tuple(float(w) for w in weights) if weights is not None else (1.0,) * len(dims)
-    if len(weights) != len(dims) or any(w < 0 for w in weights) or not any(weights):
-        raise BadValueError(
-            f"train.matryoshka_weights must give one weight >= 0 per dimension of {what} {dims} (not all 0); "
-            f"got {weights}"
-        )
-    return dims, weights
+    return dims, term_weights(weights, dims, "train.matryoshka_weights", f"dimension of {what}")
+
+
+def term_weights(weights: Sequence[float] | None, terms: tuple, name: str, of: str) -> tuple[float, ...]:
+    """One weight >= 0 per term, not all 0 (default: 1 each); `name` is the gin setting, `of` what a term is."""
+    weights = tuple(float(w) for w in weights) if weights is not None else (1.0,) * len(terms)
+    if len(weights) != len(terms) or any(w < 0 for w in weights) or not any(weights):
+        raise BadValueError(f"{name} must give one weight >= 0 per {of} {terms} (not all 0); got {weights}")
+    return weights
 
 
 def nested(loss_fn, dims: Sequence[int], weights: Sequence[float] | None = None):

@@ -32,6 +32,7 @@ from samtone_jax import (
     optimizer,
     partitioning,
     paths,
+    quantization_aware,
     run_folders,
     stop_request,
 )
@@ -237,6 +238,8 @@ def train(
     distillation_weight: float = 0.0,
     matryoshka_dims: tuple[int, ...] | None = None,
     matryoshka_weights: tuple[float, ...] | None = None,
+    quantized_precisions: tuple[str, ...] | None = None,
+    quantized_weights: tuple[float, ...] | None = None,
     task_batches: TaskBatches | None = None,
     *,
     model,
@@ -287,6 +290,10 @@ def train(
     summed over the embeddings truncated to each k and re-normalised (matryoshka.py), so the first
     k dimensions serve alone (`samtone eval --dims`).
 
+    `quantized_precisions` (e.g. ('float32', 'binary')) with optional `quantized_weights`: the
+    contrastive loss also on the embeddings as an int8 / binary index serves them, straight-through
+    (quantization_aware.py); with Matryoshka, every (dimension, precision) is a term.
+
     `task_batches` (tasks/task_batches.TaskBatches; TASK a mixture): every batch from one member
     task, drawn by the rates from (seed, step), with per-task batch sizes and in-batch negatives;
     per-task loss and accuracy are logged as task/<name>/loss, task/<name>/accuracy.
@@ -297,7 +304,13 @@ def train(
     evaluation = Evaluation(eval_every, eval_split, eval_batches, retrieval_eval_task, retrieval_eval_split)
     spec = InputSpec(vocabulary, query_length, doc_length, num_negatives, teacher_scores, teacher_guide)
     objective = training_loss(
-        loss_fn, distill_fn, spec, contrastive_weight, distillation_weight, matryoshka_dims, matryoshka_weights
+        loss_fn,
+        distill_fn,
+        spec,
+        contrastive_weight,
+        distillation_weight,
+        (matryoshka_dims, matryoshka_weights),
+        (quantized_precisions, quantized_weights),
     )
     inputs = TrainInputs(task, split, batch_size, spec, seed, data_shards, shuffle_block_size, id_masking, task_batches)
     return fit(
@@ -339,10 +352,22 @@ class Evaluation:
 
 
 def training_loss(
-    loss_fn, distill_fn, spec: InputSpec, contrastive_weight, distillation_weight, matryoshka_dims, matryoshka_weights
+    loss_fn,
+    distill_fn,
+    spec: InputSpec,
+    contrastive_weight,
+    distillation_weight,
+    nested=(None, None),
+    served=(None, None),
 ):
-    """The step's loss from gin's train.*: `loss_fn` (over nested dimensions with Matryoshka), with the
+    """The step's loss from gin's train.*: `loss_fn` (at each served precision, `served` = (precisions,
+    weights); over nested dimensions with Matryoshka, `nested` = (dims, weights)), with the
     distillation term when train.distillation_weight > 0; settings that would be ignored are refused."""
+    (matryoshka_dims, matryoshka_weights), (precisions, precision_weights) = nested, served
+    if precisions:
+        loss_fn = quantization_aware.aware(loss_fn, precisions, precision_weights)
+    elif precision_weights:
+        raise BadValueError("train.quantized_weights needs train.quantized_precisions (the precisions they weigh)")
     if matryoshka_dims:
         loss_fn = matryoshka.nested(loss_fn, matryoshka_dims, matryoshka_weights)
     elif matryoshka_weights:

@@ -38,11 +38,14 @@ def test_codes_equal_sentence_transformers_quantize_embeddings(embeddings):
     theirs = quantize_embeddings(q, "int8", calibration_embeddings=calibration)
     np.testing.assert_array_equal(quantization.quantize_int8(q, ranges), theirs)  # bit for bit, out-of-range clipped
     np.testing.assert_array_equal(quantization.pack_bits(d), quantize_embeddings(d, "ubinary"))
-    # On device (the quantization-aware loss): bits equal; int8 codes at most one bucket apart (XLA's
-    # vectorised division may round a value sitting on a bucket edge the other way).
+    # On device (the quantization-aware loss), jitted or not: the same codes, bit for bit (XLA:CPU's
+    # own division is off by an ulp for ~25 % of values: corrected, see quantization._divide)
     np.testing.assert_array_equal(np.asarray(quantization.pack_bits(jnp.asarray(d))), quantization.pack_bits(d))
-    on_device = np.asarray(quantization.quantize_int8(jnp.asarray(q), ranges)).astype(int)
-    assert np.abs(on_device - theirs.astype(int)).max() <= 1
+    many = np.concatenate([q, d, np.random.default_rng(1).normal(size=(5000, 37)).astype(np.float32)])
+    for device in (quantization.quantize_int8, jax.jit(quantization.quantize_int8)):
+        np.testing.assert_array_equal(
+            np.asarray(device(jnp.asarray(many), jnp.asarray(ranges))), quantize_embeddings(many, "int8", ranges=ranges)
+        )
     # Decoding: each code's bucket lower edge; within one step of the value it encodes (in range).
     steps = (ranges[1] - ranges[0]) / 255
     inside = quantization.quantize_int8(calibration, ranges)

@@ -37,6 +37,7 @@ LAYERS = (
         "distillation",
         "matryoshka",
         "quantization",
+        "quantization_aware",
         "calibration",
         "partitioning",
         "batch_embeddings",

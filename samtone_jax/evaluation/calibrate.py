@@ -28,6 +28,18 @@ def calibrate(encoder, folder: str, documents: dict[str, str], size: int, dims=N
     if dims[0] < 1 or dims[-1] > dimension:
         raise BadValueError(f"--dims must lie in [1, {dimension}] (the model's embedding dimension); got {dims}")
     found = calibration.Calibration.from_sample(
-        embeddings, dims, source=dict(source or {}, step=encoder.step, model=paths.as_str(folder))
+        embeddings,
+        dims,
+        trained_precisions=_trained_precisions(folder),
+        source=dict(source or {}, step=encoder.step, model=paths.as_str(folder)),
     )
     return found.save(folder)
+
+
+def _trained_precisions(folder: str) -> tuple[str, ...]:
+    """The precisions a run's loss was computed at (train.quantized_precisions; float32 otherwise)."""
+    from samtone_jax import gin_utils, run_folders
+
+    config = paths.as_path(folder) / run_folders.CONFIG_GIN
+    settings = gin_utils.read_bindings(config.read_text()) if config.exists() else {}
+    return tuple(settings.get("train.quantized_precisions") or ("float32",))

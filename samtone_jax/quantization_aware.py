@@ -1,0 +1,100 @@
+"""Quantization-aware training: the contrastive loss also computed on the embeddings as a compressed
+index serves them, so the model learns to keep its ranking through int8 / binary codes.
+
+  L = Σ_p w_p · L_c(Q_p(q), Q_p(d), Q_p(n), ...)        p over train.quantized_precisions
+
+with Q_float32 = identity and, for the others, a straight-through estimator (forward: the served
+vector; backward: the identity, Bengio et al. 2013):
+
+  binary  Q(x) = sign±(x) / √D: the packed bits' ±1 vector on the unit sphere, so Q(q) · Q(d) =
+          (D − 2 · Hamming) / D, exactly the Hamming search's ranking (quantization.pack_bits: x > 0)
+  int8    Q(x) = the bucket lower edge of x's int8 code (quantization.quantize_int8 then
+          dequantize_int8, sentence-transformers' codes and their rescoring decode) with the ranges of
+          this step's global batch of documents (per dimension min / max over every device's
+          document and negative rows, pmin / pmax over the mesh): ranges tracked per step, not
+          learned; the ranges served are `samtone calibrate`'s over a corpus sample.
+
+L_c is any contrastive loss of losses.py with its ids, guide and sharding unchanged (each Q is per
+row, the int8 ranges a global reduction), so N devices = 1 device and GradCache = plain hold as for
+L_c itself. Composes with Matryoshka (matryoshka.nested outside: every (dimension, precision) pair
+is a term, as `samtone eval --dims --precisions` serves them) and distillation (outside too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from samtone_jax import quantization
+from samtone_jax.errors import BadValueError
+from samtone_jax.matryoshka import term_weights
+
+
+def straight_through(x: jax.Array, served: jax.Array) -> jax.Array:
+    """`served` forward, the identity's gradient backward."""
+    return x + jax.lax.stop_gradient(served - x)
+
+
+def binary_served(x: jax.Array) -> jax.Array:
+    """The ±1 / √D vector of x's sign bits (bit: x > 0), in x's dtype."""
+    signs = jnp.where(x > 0, 1.0, -1.0) / jnp.sqrt(jnp.float32(x.shape[-1]))
+    return signs.astype(x.dtype)
+
+
+def batch_ranges(documents: Sequence[jax.Array], axis_name: str | None) -> jax.Array:
+    """[2, D] float32 per-dimension (min, max) over every row of `documents` ([..., D] each), across
+    the devices of `axis_name` too."""
+    rows = [jax.lax.stop_gradient(x).reshape(-1, x.shape[-1]).astype(jnp.float32) for x in documents if x is not None]
+    low = jnp.min(jnp.concatenate([r.min(axis=0, keepdims=True) for r in rows]), axis=0)
+    high = jnp.max(jnp.concatenate([r.max(axis=0, keepdims=True) for r in rows]), axis=0)
+    if axis_name is not None:
+        low, high = jax.lax.pmin(low, axis_name), jax.lax.pmax(high, axis_name)
+    return jnp.stack([low, high])
+
+
+def int8_served(x: jax.Array, ranges: jax.Array) -> jax.Array:
+    """x's int8 code decoded (its bucket's lower edge), in x's dtype."""
+    x = jax.lax.stop_gradient(x)  # (straight_through passes the gradient; none flows through the codes)
+    decoded = quantization.dequantize_int8(quantization.quantize_int8(x, ranges), ranges)
+    return decoded.astype(x.dtype)
+
+
+def check_precisions(precisions: Sequence[str], weights: Sequence[float] | None):
+    """(precisions, weights) as tuples, validated: distinct known precisions, one weight >= 0 each."""
+    precisions = tuple(precisions)
+    for p in precisions:
+        quantization.check_precision(p, "train.quantized_precisions entry")
+    if not precisions or len(set(precisions)) != len(precisions):
+        raise BadValueError(
+            f"train.quantized_precisions must name distinct precisions, e.g. ('float32', 'binary'); got {precisions}"
+        )
+    return precisions, term_weights(weights, precisions, "train.quantized_weights", "precision of")
+
+
+def aware(loss_fn, precisions: Sequence[str], weights: Sequence[float] | None = None):
+    """loss_fn (contrastive_loss's signature) summed over the precisions of the module docstring.
+    Metrics: loss_fn's of the first precision, `quantized/loss_<precision>` for each, and `loss`,
+    the weighted sum."""
+    precisions, weights = check_precisions(precisions, weights)
+
+    def loss(q, d, *, negatives=None, axis_name=None, **kwargs):
+        total, terms, metrics = 0.0, {}, None
+        for precision, w in zip(precisions, weights, strict=True):
+            if precision == "float32":
+                served = (q, d, negatives)
+            elif precision == "binary":
+                served = tuple(None if x is None else straight_through(x, binary_served(x)) for x in (q, d, negatives))
+            else:
+                ranges = batch_ranges((d, negatives), axis_name)
+                served = tuple(
+                    None if x is None else straight_through(x, int8_served(x, ranges)) for x in (q, d, negatives)
+                )
+            value, found = loss_fn(served[0], served[1], negatives=served[2], axis_name=axis_name, **kwargs)
+            metrics = found if metrics is None else metrics
+            total = total + w * value
+            terms[f"quantized/loss_{precision}"] = value
+        return total, {**metrics, **terms, "loss": total}
+
+    return loss
