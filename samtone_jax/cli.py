@@ -289,13 +289,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gin_flags(p)
     p.set_defaults(run=commands.with_gin(commands.cmd_analyze))
 
-    p = sub.add_parser("export", help="a sentence-transformers / Hugging Face folder of a trained model")
+    p = sub.add_parser("export", help="a sentence-transformers / Hugging Face / ONNX folder of a trained model")
     p.add_argument("--checkpoint", required=True, help="a MODEL_DIR, MODEL_DIR/checkpoints/<step> or parameter dir")
     p.add_argument(
         "--format",
         required=True,
-        choices=["sentence-transformers", "hf"],
-        help="a sentence-transformers folder, or a Hugging Face model folder (+ the projection)",
+        choices=["sentence-transformers", "hf", "onnx"],
+        help="a sentence-transformers folder, a Hugging Face model folder (+ the projection), or that folder "
+        "with each side's ONNX graph (float32 and int8 weights, checked in onnxruntime)",
     )
     _out_flag(p, "output folder (written atomically)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")

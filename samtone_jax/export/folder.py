@@ -1,7 +1,9 @@
 """`samtone export`: a trained dual encoder as a Hugging Face or sentence-transformers folder.
 
   --format=sentence-transformers   SentenceTransformer(DST) loads it offline and embeds like us
-  --format=hf                      T5EncoderModel folder(s) + projection.safetensors
+  --format=hf                      T5EncoderModel / BertModel folder(s) + projection.safetensors
+  --format=onnx                    the hf folder + onnx/: each side's graph, float32 and int8
+                                   (onnx_towers.py), run by onnxruntime and checked against us
 
 Both also hold `samtone.json` (where each tower and projection is, the lengths), `model.gin`,
 `spiece.model` and a model card (README.md), so `samtone_jax.load(DST)` and
@@ -28,7 +30,7 @@ from samtone_jax.version import __version__
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("sentence-transformers", "hf")
+FORMATS = ("sentence-transformers", "hf", "onnx")
 MIN_COSINE = 0.9999
 
 
@@ -163,8 +165,12 @@ def export(
         tokenizer_lib.check_parity(tokenizer, encoder.vocabulary, probes + prompted, length)
     towers, kernels = layout(encoder.architecture).split(encoder.params)
     with atomic_directory(dst, overwrite) as tmp:
-        if fmt == "hf":
+        if fmt in ("hf", "onnx"):
             where = _write_hf(tmp, encoder, towers, kernels, tokenizer)
+            if fmt == "onnx":
+                from samtone_jax.export import onnx_towers
+
+                where["onnx"] = onnx_towers.write(tmp, encoder, towers, kernels)
         else:
             where, model = _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer)
         info = {
@@ -215,6 +221,10 @@ def export(
         else:
             reloaded = inference.load_export(tmp)
             info["min_cosine"] = _check_embeddings(encoder, reloaded.encode_queries, reloaded.encode_documents, texts)
+        if fmt == "onnx":  # each graph in onnxruntime against us, tokenised by the export's tokenizer
+            from samtone_jax.export import onnx_towers
+
+            info["onnx_check"] = onnx_towers.check(tmp, encoder, tokenizer, info["onnx"], texts, MIN_COSINE)
         (staged / run_folders.EXPORT_JSON).write_text(json.dumps(info, indent=2))
     log.info("exported %s (%s) to %s; min cosine to ours %.7f", checkpoint, fmt, dst, info["min_cosine"])
     return info

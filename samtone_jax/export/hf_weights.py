@@ -81,17 +81,26 @@ def bert_hf_config(config: BertConfig):
 
 
 def write_encoder(tower: dict, config: T5Config | BertConfig, folder: str) -> None:
-    """A T5EncoderModel or BertModel folder at `folder` holding `tower` (checked: every weight set,
-    none left over; a BERT tower's unused pooler is written as zeros, so loaders warn of nothing)."""
+    """A T5EncoderModel or BertModel folder at `folder` holding `tower` (hf_model)."""
+    hf_model(tower, config).save_pretrained(folder, safe_serialization=True)
+
+
+def hf_model(tower: dict, config: T5Config | BertConfig, attention: str | None = None):
+    """The transformers T5EncoderModel or BertModel holding `tower` (checked: every weight set, none
+    left over; a BERT tower's unused pooler is zeros, so loaders warn of nothing); CPU, float32, eval
+    mode. `attention`: transformers' attn_implementation (None: its default)."""
     import torch
     import transformers
 
+    hf = bert_hf_config(config) if isinstance(config, BertConfig) else hf_config(config)
+    if attention is not None:
+        hf._attn_implementation = attention
     if isinstance(config, BertConfig):
-        model = transformers.BertModel(bert_hf_config(config))
+        model = transformers.BertModel(hf)
         state = hf_state_dict(tower, bert_locate, every_name=False)
         state |= {k: np.zeros(v.shape, np.float32) for k, v in model.state_dict().items() if k.startswith("pooler.")}
     else:
-        model = transformers.T5EncoderModel(hf_config(config))
+        model = transformers.T5EncoderModel(hf)
         state = hf_state_dict(tower)
     state = {k: torch.from_numpy(v) for k, v in state.items()}
     expected = set(model.state_dict())
@@ -101,4 +110,4 @@ def write_encoder(tower: dict, config: T5Config | BertConfig, folder: str) -> No
             f"unexpected {sorted(set(state) - expected)[:5]}"
         )
     model.load_state_dict(state, strict=True)
-    model.save_pretrained(folder, safe_serialization=True)
+    return model.eval()
