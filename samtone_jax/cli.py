@@ -130,6 +130,15 @@ def _checkpoint_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--doc_length", type=int, default=None, help="default: the run's train.doc_length")
 
 
+def _weights_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--weights",
+        choices=["params", "ema"],
+        default="params",
+        help="a run's parameters, or their moving average (a run trained with train.ema_decay)",
+    )
+
+
 def _false_negative_flags(parser: argparse.ArgumentParser) -> None:
     """The cuts of data/false_negatives.FalseNegativeFilter (gin FalseNegativeFilter.* in training)."""
     parser.add_argument(
@@ -247,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     _checkpoint_flags(p)
     _task_flags(p)
     p.add_argument("--documents", type=int, default=10000, help="an even sample of this many documents (by id)")
+    _weights_flag(p)
     p.add_argument(
         "--dims", nargs="+", default=None, help="dimensions to calibrate (default: the Matryoshka ones and the full)"
     )
@@ -302,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
     p.add_argument("--vocabulary", default=None, help="SentencePiece .model or tokenizer.json (default: the run's)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    _weights_flag(p)
     p.set_defaults(run=commands.cmd_export)
 
     p = sub.add_parser("mine", help="hard negatives for a task's queries, from a trained model or BM25")

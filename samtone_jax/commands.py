@@ -213,6 +213,7 @@ def cmd_calibrate(args, bindings) -> int:
         doc_length=args.doc_length,
         task=args.task,
         calibrated=False,  # the one being replaced may be stale or damaged
+        weights=args.weights,
     )
     dims = tuple(int(k) for k in items(args.dims)) if args.dims else None
     source = {"task": args.task, "split": split}
@@ -282,7 +283,13 @@ def cmd_export(args, bindings) -> int:
 
     _required(args, "out")
     info = export(
-        args.checkpoint, args.format, args.out, step=args.step, vocabulary=args.vocabulary, overwrite=args.overwrite
+        args.checkpoint,
+        args.format,
+        args.out,
+        step=args.step,
+        vocabulary=args.vocabulary,
+        overwrite=args.overwrite,
+        weights=args.weights,
     )
     print(
         f"exported {info['architecture']} ({args.format}) to {args.out}; embeddings equal ours on the probe texts "

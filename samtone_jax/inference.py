@@ -27,6 +27,8 @@ from samtone_jax.errors import BadValueError, MissingFileError
 from samtone_jax.models import BertConfig
 from samtone_jax.text_embedder import TextEmbedder
 
+WEIGHTS = ("params", "ema")  # a run's parameters, or their moving average (train.ema_decay)
+
 
 class Encoder:
     """Embeds text with a trained DualEncoder: batching, tokenisation, sharding over `mesh`."""
@@ -48,6 +50,7 @@ class Encoder:
         matryoshka_dims: tuple[int, ...] | None = None,
         task_prompts: dict | None = None,
         calibration=None,
+        weights: str = "params",
     ):
         if isinstance(vocabulary, str):
             vocabulary = vocab_lib.tokens(vocabulary)
@@ -61,6 +64,7 @@ class Encoder:
         self.task_prompts = dict(task_prompts or {})
         # The int8 ranges it is served with (calibration.py; None: not calibrated for these weights).
         self.calibration = calibration
+        self.weights = weights  # a run's 'params', or their moving average 'ema
         self._encoder = TextEmbedder(
             model, params, vocabulary, mesh, batch_size, packing_max_segments=packing_max_segments
         )
@@ -186,9 +190,11 @@ def load_encoder(
     packing_max_segments: int | None = None,
     task: str | None = None,
     calibrated: bool = True,
+    weights: str = "params",
 ) -> Encoder:
     """An `Encoder` for the checkpoint at `path` (see the module docstring for what `path` may be).
     `calibrated` False: without the folder's calibration.json (samtone calibrate replaces it).
+    `weights` 'ema': a run's moving average of its parameters (train.ema_decay) instead of them.
 
     Query / document lengths default to the run's `train.query_length` / `train.doc_length`; the
     prompts to the run's (those of `task` when the run set per-task prompts).
@@ -201,12 +207,22 @@ def load_encoder(
 
     kind, directory, step = resolve(path, step)
     root = paths.as_path(directory)
+    if weights not in WEIGHTS:
+        raise BadValueError(f"weights={weights!r}: choose one of {WEIGHTS}")
+    if weights == "ema" and kind != "train":
+        raise BadValueError(f"{path} holds one set of weights (a {kind} folder): weights='ema' needs a training run")
     if kind == "train":
         config = root / run_folders.CONFIG_GIN
         if not config.exists():
             raise MissingFileError(f"{config} not found: {directory} has checkpoints but no gin config")
         text = config.read_text()
-        params = restore_on_one_device(run_folders.state(root, step))["params"]
+        state = restore_on_one_device(run_folders.state(root, step))
+        if weights not in state:
+            raise MissingFileError(
+                f"{run_folders.state(root, step)} holds no moving average of the parameters: the run was trained "
+                "without train.ema_decay"
+            )
+        params = state[weights]
     elif kind == "export":
         return load_export(
             directory,
@@ -247,25 +263,31 @@ def load_encoder(
         document_prompt=document_prompt,
         matryoshka_dims=settings.get("train.matryoshka_dims"),
         task_prompts=dict(settings.get("prompts.per_task") or {}),
-        calibration=_calibration_of(directory, step) if calibrated else None,
+        calibration=_calibration_of(directory, step, weights) if calibrated else None,
+        weights=weights,
     )
 
 
-def _calibration_of(directory: str, step: int | None):
-    """The folder's calibration when it was made with these weights (a run's of its step), else None."""
+def _calibration_of(directory: str, step: int | None, weights: str = "params"):
+    """The folder's calibration when it was made with these weights (a run's of its step, raw or
+    moving average), else None."""
     import logging
 
     from samtone_jax import calibration
 
     found = calibration.load(directory)
-    made_at = None if found is None else found.record.get("source", {}).get("step")
-    if found is not None and made_at != step:
+    if found is None:
+        return None
+    source = found.record.get("source", {})
+    made_with = (source.get("step"), source.get("weights", "params"))
+    if made_with != (step, weights):
         logging.getLogger(__name__).warning(
-            "%s/%s is of step %s, not step %s: not used (recalibrate: samtone calibrate)",
+            "%s/%s is of step %s (%s), not step %s (%s): not used (recalibrate: samtone calibrate)",
             directory,
             run_folders.CALIBRATION,
-            made_at,
+            *made_with,
             step,
+            weights,
         )
         return None
     return found
@@ -308,7 +330,10 @@ def load_export(
         source=str(root),
         packing_max_segments=packing_max_segments,
         matryoshka_dims=info.get("matryoshka_dims"),
-        calibration=_calibration_of(directory, info["source"].get("step")) if calibrated else None,
+        calibration=_calibration_of(directory, info["source"].get("step"), info["source"].get("weights", "params"))
+        if calibrated
+        else None,
+        weights=info["source"].get("weights", "params"),
         **_export_prompts(info, task),
     )
 

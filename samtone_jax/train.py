@@ -75,10 +75,18 @@ def make_loss_on_embeddings(model, mesh, batch, loss_fn):
 
 
 def make_train_step(
-    model, tx, schedule, mesh, grad_cache_chunk_size: int | None, loss_fn, max_segments: int | None = None
+    model,
+    tx,
+    schedule,
+    mesh,
+    grad_cache_chunk_size: int | None,
+    loss_fn,
+    max_segments: int | None = None,
+    ema_decay: float | None = None,
 ):
     """(state, batch) -> (state, metrics). A packed batch (data/packing.py) needs `max_segments`, the
-    packer's texts-per-row limit."""
+    packer's texts-per-row limit. `ema_decay` d: state['ema'] ← d · ema + (1 − d) · params after
+    each update (the parameters' exponential moving average, laid out like them)."""
     num_shards = mesh.shape["data"]
 
     def step(state, batch):
@@ -97,6 +105,10 @@ def make_train_step(
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         new_state = dict(state, step=state["step"] + 1, params=optax.apply_updates(state["params"], updates))
         new_state["opt_state"] = opt_state
+        if ema_decay is not None:
+            new_state["ema"] = jax.tree_util.tree_map(
+                lambda e, p: ema_decay * e + (1.0 - ema_decay) * p, state["ema"], new_state["params"]
+            )
         metrics = dict(metrics, grad_norm=optax.global_norm(grads), learning_rate=schedule(state["step"]))
         return new_state, metrics
 
@@ -111,9 +123,12 @@ def make_eval_step(model, mesh, loss_fn):
     return step
 
 
-def initial_state(model, tx, mesh, seed: int, init_checkpoint: str | None, rules=partitioning.DEFAULT_RULES):
-    """Sharded {step, params, opt_state, rng}; params from INIT_CHECKPOINT when given. `rules`: the
-    logical -> mesh axis rules (partitioning.FSDP_RULES shards every parameter)."""
+def initial_state(
+    model, tx, mesh, seed: int, init_checkpoint: str | None, rules=partitioning.DEFAULT_RULES, ema: bool = False
+):
+    """Sharded {step, params, opt_state, rng[, ema]}; params from INIT_CHECKPOINT when given. `rules`:
+    the logical -> mesh axis rules (partitioning.FSDP_RULES shards every parameter). `ema`: the
+    parameters' moving average, starting as a copy of them."""
     boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(seed)))
     shardings = partitioning.param_shardings(mesh, boxed, rules)
     if init_checkpoint:
@@ -122,12 +137,15 @@ def initial_state(model, tx, mesh, seed: int, init_checkpoint: str | None, rules
     else:
         params = jax.jit(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(seed))), out_shardings=shardings)()
     replicated = NamedSharding(mesh, P())
-    return {
+    state = {
         "step": jax.device_put(jnp.zeros((), jnp.int32), replicated),
         "params": params,
         "opt_state": partitioning.init_optimizer_state(tx, params, mesh),
         "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed + 1)), replicated),
     }
+    if ema:
+        state["ema"] = jax.tree_util.tree_map(lambda x: x.copy(), params)  # its own buffers, params' layout
+    return state
 
 
 def _initial_params(model, init_checkpoint: str, abstract, shardings):
@@ -186,6 +204,27 @@ def _check_init_checkpoint(init_checkpoint: str | None, model, model_dir) -> Non
         )
 
 
+def _check_ema(ema_decay: float | None, model_dir) -> None:
+    """train.ema_decay in (0, 1); a run resumes with the moving average iff its checkpoints hold one
+    (its decay may change; turning it on or off mid-run would drop or invent its history)."""
+    if ema_decay is not None and not 0.0 < ema_decay < 1.0:
+        raise BadValueError(
+            f"train.ema_decay must lie in (0, 1), e.g. 0.999 (None: no moving average); got {ema_decay}"
+        )
+    steps = run_folders.complete_steps(model_dir)
+    if not steps:
+        return
+    from samtone_jax.checkpoints.train_checkpoints import saved_keys
+
+    saved = "ema" in saved_keys(run_folders.state(model_dir, steps[-1]))
+    if saved != (ema_decay is not None):
+        raise BadValueError(
+            f"{model_dir}'s checkpoints were saved {'with' if saved else 'without'} a moving average of the "
+            f"parameters, and train.ema_decay = {ema_decay} here: resume as it was trained "
+            f"({'set train.ema_decay' if saved else 'train.ema_decay = None'}), or start another MODEL_DIR"
+        )
+
+
 def _keep_vocabulary(vocabulary: str | None, model_dir) -> None:
     """Copy the SentencePiece model to MODEL_DIR/vocab.model (a BERT-family tokenizer.json to
     MODEL_DIR/tokenizer.json; atomically, local or gs:// either side), so the run is self-contained
@@ -241,6 +280,7 @@ def train(
     quantized_precisions: tuple[str, ...] | None = None,
     quantized_weights: tuple[float, ...] | None = None,
     task_batches: TaskBatches | None = None,
+    ema_decay: float | None = None,
     *,
     model,
     loss_fn,
@@ -294,6 +334,10 @@ def train(
     contrastive loss also on the embeddings as an int8 / binary index serves them, straight-through
     (quantization_aware.py); with Matryoshka, every (dimension, precision) is a term.
 
+    `ema_decay` d (e.g. 0.999): the parameters' exponential moving average is kept beside them
+    (sharded alike, checkpointed, resumed exactly), evaluated beside them by the in-training eval
+    (metrics `ema/...`), and served by `samtone export --weights=ema` / samtone_jax.load(weights='ema').
+
     `task_batches` (tasks/task_batches.TaskBatches; TASK a mixture): every batch from one member
     task, drawn by the rates from (seed, step), with per-task batch sizes and in-batch negatives;
     per-task loss and accuracy are logged as task/<name>/loss, task/<name>/accuracy.
@@ -325,6 +369,7 @@ def train(
         evaluation=evaluation,
         init_checkpoint=init_checkpoint,
         grad_cache_chunk_size=grad_cache_chunk_size,
+        ema_decay=ema_decay,
     )
 
 
@@ -395,6 +440,7 @@ def fit(
     evaluation: Evaluation = Evaluation(),
     init_checkpoint: str | None = None,
     grad_cache_chunk_size: int | None = None,
+    ema_decay: float | None = None,
 ) -> dict:
     """Train `model` on `inputs` with `loss_fn` (the whole objective) on `mesh` in MODEL_DIR, as
     `schedule` says (loop.run); returns the last logged metrics."""
@@ -407,6 +453,7 @@ def fit(
     vocab_lib.check_fits(inputs.spec.vocabulary, model.config, "train.vocabulary")
     inputs.check_data(also_splits=(evaluation.split,) if evaluation.split else ())
     _check_init_checkpoint(init_checkpoint, model, model_dir)
+    _check_ema(ema_decay, model_dir)
     evaluate = _evaluator(model, mesh, loss_fn, inputs, evaluation)
     tx, lr_schedule = optimizer.make(train_steps=schedule.train_steps)
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
@@ -415,7 +462,7 @@ def fit(
         registration.register(inputs.spec)
         max_segments = packing.max_segments if packing else None
         step_fn = jax.jit(
-            make_train_step(model, tx, lr_schedule, mesh, grad_cache_chunk_size, loss_fn, max_segments),
+            make_train_step(model, tx, lr_schedule, mesh, grad_cache_chunk_size, loss_fn, max_segments, ema_decay),
             donate_argnums=0,
         )
         fsdp = rules == partitioning.FSDP_RULES
@@ -431,7 +478,8 @@ def fit(
             return state, metrics
 
         def init_state(fresh: bool):
-            return initial_state(model, tx, mesh, inputs.seed, init_checkpoint if fresh else None, rules)
+            init = init_checkpoint if fresh else None
+            return initial_state(model, tx, mesh, inputs.seed, init, rules, ema=ema_decay is not None)
 
         return loop.run(
             model_dir,
@@ -474,4 +522,12 @@ def _evaluator(model, mesh, loss_fn, inputs: TrainInputs, evaluation: Evaluation
         evaluators.append(lambda state: retrieval_eval(state["params"]))
     if not evaluators:
         return None
-    return lambda state: {k: v for evaluator in evaluators for k, v in evaluator(state).items()}
+
+    def evaluate(state):
+        metrics = {k: v for evaluator in evaluators for k, v in evaluator(state).items()}
+        if "ema" in state:  # the moving average beside the raw parameters
+            averaged = dict(state, params=state["ema"])
+            metrics |= {f"ema/{k}": v for evaluator in evaluators for k, v in evaluator(averaged).items()}
+        return metrics
+
+    return evaluate

@@ -78,8 +78,8 @@ class ProgressLogger:
         if self.eval_writer:
             self.eval_writer.write_scalars(step, {f"eval/{k}": v for k, v in metrics.items()})
             self.eval_writer.flush()
-        shown = [k for k in ("loss", "accuracy") if k in metrics] + sorted(
-            k for k in metrics if k.startswith("retrieval/")
+        shown = [k for k in ("loss", "accuracy", "ema/loss", "ema/accuracy") if k in metrics] + sorted(
+            k for k in metrics if k.startswith(("retrieval/", "ema/retrieval/"))
         )
         print(f"eval step {step} | " + " | ".join(f"{k} {metrics[k]:.4f}" for k in shown), flush=True)
 

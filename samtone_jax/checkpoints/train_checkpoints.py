@@ -250,6 +250,16 @@ class TrainCheckpointer:
                     raise
 
 
+def saved_keys(path) -> set[str]:
+    """The top-level keys of a saved state tree (e.g. {'step', 'params', 'opt_state', 'rng', 'ema'}),
+    read from its metadata, nothing restored."""
+    path = paths.as_path(path)
+    with _without_step_metadata_warning():
+        metadata = ocp.StandardCheckpointer().metadata(path)
+    tree = getattr(metadata, "item_metadata", metadata)
+    return set(getattr(tree, "tree", tree))
+
+
 def restore_on_one_device(path, item: str | None = None):
     """A saved tree (e.g. MODEL_DIR/checkpoints/<step>/state, local or gs://) restored whole onto
     this process's first device, whatever topology saved it (for inspection, export and tests)."""

@@ -31,7 +31,7 @@ def calibrate(encoder, folder: str, documents: dict[str, str], size: int, dims=N
         embeddings,
         dims,
         trained_precisions=_trained_precisions(folder),
-        source=dict(source or {}, step=encoder.step, model=paths.as_str(folder)),
+        source=dict(source or {}, step=encoder.step, weights=encoder.weights, model=paths.as_str(folder)),
     )
     return found.save(folder)
 

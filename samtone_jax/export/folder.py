@@ -133,8 +133,10 @@ def export(
     step: int | None = None,
     vocabulary: str | None = None,
     overwrite: bool = False,
+    weights: str = "params",
 ) -> dict:
-    """Export `checkpoint` (anything samtone_jax.load takes) to `dst`; returns samtone.json's content."""
+    """Export `checkpoint` (anything samtone_jax.load takes) to `dst`; returns samtone.json's content.
+    `weights` 'ema': a run's moving average of its parameters (train.ema_decay)."""
     from transformers.utils import logging as hf_logging
 
     from samtone_jax import gin_utils, inference
@@ -148,7 +150,7 @@ def export(
     if dst.exists() and not overwrite:  # before the slow part
         raise ExistingFileError(f"{dst} already exists; choose another --out or pass --overwrite")
     hf_logging.disable_progress_bar()
-    encoder = inference.load_encoder(checkpoint, step=step, vocabulary=vocabulary)
+    encoder = inference.load_encoder(checkpoint, step=step, vocabulary=vocabulary, weights=weights)
     wordpiece = isinstance(encoder.vocabulary, WordPieceTokens)  # a BERT-family tower's tokenizer.json
     vocabulary_bytes = encoder.vocabulary.tokenizer_json if wordpiece else encoder.vocabulary.sp_model
     if vocabulary_bytes is None:  # seqio loads lazily: fail here, naming the file
@@ -186,7 +188,7 @@ def export(
             # trained to serve truncated: SentenceTransformer(DST, truncate_dim=k), samtone eval --dims
             **({"matryoshka_dims": list(encoder.matryoshka_dims)} if encoder.matryoshka_dims else {}),
             **where,
-            "source": {"checkpoint": encoder.source, "step": encoder.step},
+            "source": {"checkpoint": encoder.source, "step": encoder.step, "weights": encoder.weights},
             **({"calibration": run_folders.CALIBRATION} if encoder.calibration is not None else {}),
             "mteb": mteb_metadata(encoder.source, int(kernels["query"].shape[1]), longest, encoder.calibration),
         }

@@ -1,0 +1,85 @@
+"""The parameters' exponential moving average (train.ema_decay): the update rule between saved
+steps, a resume that ends bit-identical to the straight run, the in-training eval of both weights,
+the export of the average, and the refusals."""
+
+from __future__ import annotations
+
+import shutil
+
+import jax
+import numpy as np
+import pytest
+from conftest import tiny_train_argv
+
+import samtone_jax
+from samtone_jax import cli
+from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+from samtone_jax.errors import BadValueError, MissingFileError
+
+DECAY = 0.5  # large steps of the average, so a wrong rule shows
+
+
+def _state(run, step):
+    return restore_on_one_device(run / "checkpoints" / str(step) / "state")
+
+
+def _leaves(tree):
+    return jax.tree_util.tree_leaves(tree)
+
+
+@pytest.mark.slow
+def test_moving_average_rule_resume_eval_and_export(wordnet_env, tmp_path, capsys):
+    run = tmp_path / "run"
+    extra = [
+        f"--gin.train.ema_decay={DECAY}",
+        "--gin.train.checkpoint_every=1",
+        "--gin.train.keep_checkpoints=5",
+        "--gin.train.eval_every=2",
+        "--gin.train.retrieval_eval_task='wordnet_definitions'",
+        "--gin.train.retrieval_eval_split='all'",
+    ]
+    assert cli.main(tiny_train_argv(run, wordnet_env[1], steps=4, extra=extra)) == 0
+    out = capsys.readouterr().out
+    assert "ema/retrieval/P@1" in out and "retrieval/P@1" in out  # both weights evaluated
+    states = {step: _state(run, step) for step in (2, 3, 4)}
+    for step in (3, 4):  # ema_N = d · ema_{N-1} + (1 - d) · params_N
+        for e, before, p in zip(
+            _leaves(states[step]["ema"]), _leaves(states[step - 1]["ema"]), _leaves(states[step]["params"]), strict=True
+        ):
+            np.testing.assert_allclose(e, DECAY * before + (1 - DECAY) * p, rtol=1e-6, atol=1e-7)
+    assert any(
+        not np.array_equal(e, p) for e, p in zip(_leaves(states[4]["ema"]), _leaves(states[4]["params"]), strict=True)
+    )
+    # resumed from step 2: bit-identical params and average at step 4
+    resumed = tmp_path / "resumed"
+    shutil.copytree(run, resumed, ignore=shutil.ignore_patterns("3", "4", "eval", "train"))
+    assert cli.main(tiny_train_argv(resumed, wordnet_env[1], steps=4, extra=extra)) == 0
+    for key in ("params", "ema"):
+        for a, b in zip(_leaves(_state(resumed, 4)[key]), _leaves(states[4][key]), strict=True):
+            np.testing.assert_array_equal(a, b)
+    # served: load(weights='ema') and the export of the average
+    texts = ["a small dog", "the bank of a river"]
+    averaged = samtone_jax.load(str(run), weights="ema")
+    raw = samtone_jax.load(str(run))
+    assert not np.allclose(averaged.encode_queries(texts), raw.encode_queries(texts), atol=1e-4)
+    export = tmp_path / "export"
+    assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--out={export}", "--weights=ema"]) == 0
+    np.testing.assert_allclose(
+        samtone_jax.load(str(export)).encode_queries(texts), averaged.encode_queries(texts), atol=2e-6
+    )
+    # refusals: turning the average off on resume, EMA weights of a folder without them
+    assert cli.main(tiny_train_argv(run, wordnet_env[1], steps=5, extra=extra[1:])) == 2
+    assert "saved with a moving average of the parameters" in capsys.readouterr().err
+    with pytest.raises(BadValueError, match="needs a training run"):
+        samtone_jax.load(str(export), weights="ema")
+
+
+def test_a_decay_outside_0_1_and_ema_weights_of_a_run_without_them_are_refused(
+    trained_run, wordnet_env, tmp_path, capsys
+):
+    model_dir = tmp_path / "run"
+    assert cli.main(tiny_train_argv(model_dir, wordnet_env[1], extra=["--gin.train.ema_decay=1.5"])) == 2
+    assert "train.ema_decay must lie in (0, 1)" in capsys.readouterr().err
+    assert not model_dir.exists()
+    with pytest.raises(MissingFileError, match="trained without train.ema_decay"):
+        samtone_jax.load(str(trained_run), weights="ema")
