@@ -57,6 +57,7 @@ EXAMPLES = {
     "train-adore": "samtone train-adore --gin_file=runs/adore.gin --gin.INIT=\"'runs/my_model'\" "
     "--gin.MODEL_DIR=\"'runs/adore'\" --gin.TASK=\"'multireqa_squad_dev'\"",
     "eval": "samtone eval --checkpoint=runs/my_model --task=wordnet_definitions --max_queries=2000 --candidates=20000",
+    "average": "samtone average --checkpoints runs/seed0 runs/seed1 runs/seed2 --out runs/soup",
     "calibrate": "samtone calibrate --checkpoint=runs/my_model --task=wordnet_definitions --documents=10000",
     "encode": "samtone encode --checkpoint=runs/my_model --task=wordnet_definitions --split=test --side=document",
     "analyze": "samtone analyze --checkpoint=runs/minilm --checkpoint=runs/my_model --task=wordnet_definitions "
@@ -262,6 +263,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_gin_flags(p)
     p.set_defaults(run=commands.with_gin(commands.cmd_calibrate))
+
+    p = sub.add_parser("average", help="a soup: the weight average of checkpoints of one model (uniform or greedy)")
+    p.add_argument(
+        "--checkpoints",
+        nargs="+",
+        required=True,
+        help="runs (their latest step), step folders or parameter checkpoints",
+    )
+    p.add_argument("--last", type=int, default=None, help="with one run: the mean of its last K checkpoints")
+    _out_flag(p, "output parameter checkpoint (loadable, exportable, an INIT_CHECKPOINT)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument("--task", default=None, help="greedy soup: the validation task (default: uniform, no task)")
+    p.add_argument("--split", default=None, help="its split (default: train, else its first)")
+    p.add_argument("--measure", default="RR", help="the measure the greedy soup maximises, e.g. RR, P@1, nDCG@10")
+    p.add_argument("--max_queries", type=int, default=2000, help="an even sample of this many validation queries")
+    p.add_argument("--candidates", type=int, default=None, help="rank among this many documents (default: all)")
+    p.add_argument("--data_dir", default=None, help="data root (default: $SAMTONE_DATA_DIR)")
+    p.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")
+    _add_gin_flags(p)
+    p.set_defaults(run=commands.with_gin(commands.cmd_average))
 
     p = sub.add_parser("encode", help="embed a task's queries / corpus into resumable shards")
     _checkpoint_flags(p)

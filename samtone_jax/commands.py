@@ -222,6 +222,50 @@ def cmd_calibrate(args, bindings) -> int:
     return 0
 
 
+def cmd_average(args, bindings) -> int:
+    from samtone_jax import paths
+    from samtone_jax.evaluation import soup
+
+    _required(args, "out")
+    paths.check_bucket(args.out, "--out")
+    if paths.as_path(args.out).exists() and not args.overwrite:  # before the slow part
+        raise BadValueError(f"{args.out} already exists; choose another --out or pass --overwrite")
+    found = soup.ingredients(args.checkpoints, args.last)
+    info = {"averaged": [i.label for i in found], "method": "greedy" if args.task else "uniform"}
+    if args.task:
+        score, measure = _soup_score(args, found[0].label)
+        params, kept, scores = soup.greedy(found, score)
+        info |= {"kept": kept, "validation": f"{args.task}/{args.split}", "measure": measure, "scores": scores}
+        print("\n".join(f"  {label}: {measure} {value:.4f}" for label, value in scores.items()))
+    else:
+        params = soup.uniform(found)
+        kept = info["averaged"]
+    out = soup.write(args.out, params, found, info, overwrite=args.overwrite)
+    print(f"{info['method']} soup of {len(kept)} of {len(found)} checkpoints -> {out}")
+    return 0
+
+
+def _soup_score(args, first: str):
+    """(params -> the validation measure of those parameters, the measure's name) for a greedy soup."""
+    from samtone_jax import inference
+    from samtone_jax.evaluation import metrics, run
+
+    split, collection = load_task(args)
+    collection = collection.sample(args.max_queries, args.candidates)
+    measure = next((m for m in metrics.DEFAULT_MEASURES if str(m) == args.measure), None)
+    if measure is None:
+        names = ", ".join(str(m) for m in metrics.DEFAULT_MEASURES)
+        raise BadValueError(f"--measure {args.measure!r}: choose one of {names}")
+    base = inference.load_encoder(first, task=args.task)
+
+    def score(params) -> float:
+        found = run.dense_run(base.with_params(params), collection.queries, collection.corpus, k=100)
+        return metrics.evaluate(collection.qrels, found, [measure])[str(measure)]
+
+    args.split = split
+    return score, str(measure)
+
+
 def cmd_compare(args, bindings) -> int:
     from samtone_jax.evaluation import significance
 

@@ -73,6 +73,16 @@ class Encoder:
     def params(self):
         return self._encoder.params
 
+    def with_params(self, params) -> Encoder:
+        """The same encoder (model, vocabulary, lengths, prompts, mesh) with other parameters."""
+        import copy
+
+        clone = copy.copy(self)
+        clone._encoder = copy.copy(self._encoder)
+        clone._encoder.params = clone._encoder.place(params)
+        clone.calibration = None  # made with other weights
+        return clone
+
     @property
     def mesh(self):
         return self._encoder.mesh

@@ -1,0 +1,195 @@
+"""`samtone average`: weight averages of checkpoints of one architecture (model soups, Wortsman et
+al. 2022; checkpoint averaging), streamed: one ingredient's parameters in memory at a time beside the
+running sum, each restored alone from its step (orbax partial restore: the optimizer state is never
+read), in float32.
+
+  uniform  the mean of every ingredient (a run's last K checkpoints, or several runs' latest)
+  greedy   the ingredients by their own score on a validation task, best first, each added only if
+           the soup's score does not drop (Wortsman et al.'s greedy soup)
+
+The soup is written as a parameter checkpoint with the first ingredient's config, vocabulary and
+prompts: samtone_jax.load, eval, export and INIT_CHECKPOINT read it like an import.
+
+An ingredient is a training step (MODEL_DIR/checkpoints/<step>, or a MODEL_DIR's latest), or a
+parameter checkpoint (import-checkpoint, a soup); all must share the model (their gin models, then
+every parameter's shape): a difference is refused by name before anything is summed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from samtone_jax import paths, run_folders
+from samtone_jax.errors import BadValueError
+
+
+@dataclasses.dataclass(frozen=True)
+class Ingredient:
+    """One checkpoint to average: where its parameters are, and its model's gin text."""
+
+    label: str
+    params_path: str  # a state tree (train step: …/state, restored at 'params') or a params/ folder
+    in_state: bool  # True: params is the 'params' item of a train state
+    model_gin: str
+    step: int | None
+    source: str  # the folder its vocabulary / prompts / lengths come from
+
+
+def ingredients(checkpoints: list[str], last: int | None = None) -> list[Ingredient]:
+    """The ingredients named by `checkpoints` (runs, steps, parameter checkpoints); `last` K with one
+    run: that run's last K complete steps."""
+    from samtone_jax import gin_utils, inference
+    from samtone_jax.checkpoints import load_model_gin
+
+    if last is not None:
+        if len(checkpoints) != 1 or last < 2:
+            raise BadValueError("--last K (K >= 2) averages one run's last K checkpoints: name exactly one run")
+        kind, directory, _ = inference.resolve(checkpoints[0])
+        steps = run_folders.complete_steps(directory) if kind == "train" else []
+        if len(steps) < last:
+            raise BadValueError(
+                f"{checkpoints[0]} has {len(steps)} complete checkpoints ({steps}), fewer than --last {last} "
+                "(train.keep_checkpoints keeps how many)"
+            )
+        checkpoints = [paths.as_str(run_folders.checkpoints(directory) / str(s)) for s in steps[-last:]]
+    if len(checkpoints) < 2:
+        raise BadValueError(f"an average needs at least 2 checkpoints; got {checkpoints}")
+    out = []
+    for path in checkpoints:
+        kind, directory, step = inference.resolve(path)
+        if kind == "train":
+            text = (paths.as_path(directory) / run_folders.CONFIG_GIN).read_text()
+            model = gin_utils.model_gin(gin_utils.model_from_gin_text(text))
+            out.append(Ingredient(path, paths.as_str(run_folders.state(directory, step)), True, model, step, directory))
+        elif kind == "params":
+            model = gin_utils.model_gin(gin_utils.model_from_gin_text(load_model_gin(directory)))
+            out.append(
+                Ingredient(
+                    path, paths.as_str(paths.as_path(directory) / run_folders.PARAMS), False, model, None, directory
+                )
+            )
+        else:
+            raise BadValueError(f"{path} is an export: average the runs or parameter checkpoints it came from")
+    _check_same_model(out)
+    return out
+
+
+def _check_same_model(found: list[Ingredient]) -> None:
+    first = found[0]
+    for other in found[1:]:
+        if other.model_gin != first.model_gin:
+            ours, theirs = first.model_gin.splitlines(), other.model_gin.splitlines()
+            differ = [f"{a} vs {b}" for a, b in zip(ours, theirs, strict=False) if a != b] or ["their gin models"]
+            raise BadValueError(
+                f"{other.label} is another architecture than {first.label} ({differ[0]}): only checkpoints of one "
+                "model can be averaged"
+            )
+
+
+def _abstract(ingredient: Ingredient):
+    """The saved parameter tree's shapes (metadata only)."""
+    import orbax.checkpoint as ocp
+
+    metadata = ocp.StandardCheckpointer().metadata(paths.as_path(ingredient.params_path))
+    tree = getattr(metadata, "item_metadata", metadata)
+    tree = getattr(tree, "tree", tree)
+    return tree["params"] if ingredient.in_state else tree
+
+
+def restore_params(ingredient: Ingredient):
+    """The ingredient's parameters (numpy float32), nothing else read."""
+    import orbax.checkpoint as ocp
+
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    shapes = _abstract(ingredient)
+    target = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), shapes)
+    if ingredient.in_state:
+        target = {"params": target}
+    restore_args = jax.tree_util.tree_map(lambda _: ocp.ArrayRestoreArgs(sharding=device), target)
+    restored = ocp.PyTreeCheckpointer().restore(
+        paths.as_path(ingredient.params_path),
+        args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True),
+    )
+    params = restored["params"] if ingredient.in_state else restored
+    return jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), params)
+
+
+def _same_shapes(a, b, label_a: str, label_b: str) -> None:
+    shapes_a = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(a)}
+    shapes_b = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(b)}
+    if shapes_a != shapes_b:
+        name = next(k for k in sorted(shapes_a.keys() | shapes_b.keys()) if shapes_a.get(k) != shapes_b.get(k))
+        raise BadValueError(
+            f"{label_b} does not have {label_a}'s parameters: {name} is {shapes_b.get(name)} there, "
+            f"{shapes_a.get(name)} here"
+        )
+
+
+class RunningSum:
+    """Σ of parameter trees added one at a time (float32, in place); `mean()` the average so far."""
+
+    def __init__(self):
+        self.total, self.count, self.first_label = None, 0, None
+
+    def add(self, params, label: str) -> None:
+        if self.total is None:
+            self.total, self.first_label = jax.tree_util.tree_map(np.array, params), label
+        else:
+            _same_shapes(self.total, params, self.first_label, label)
+            jax.tree_util.tree_map(lambda t, p: np.add(t, p, out=t), self.total, params)
+        self.count += 1
+
+    def mean(self, plus=None):
+        """The average so far (with `plus`, one more tree, without adding it)."""
+        n = self.count + (plus is not None)
+        if plus is None:
+            return jax.tree_util.tree_map(lambda t: t / n, self.total)
+        return jax.tree_util.tree_map(lambda t, p: (t + p) / n, self.total, plus)
+
+
+def uniform(found: list[Ingredient]):
+    """The uniform average of every ingredient's parameters, one restored at a time."""
+    running = RunningSum()
+    for ingredient in found:
+        running.add(restore_params(ingredient), ingredient.label)
+    return running.mean()
+
+
+def greedy(found: list[Ingredient], score) -> tuple[object, list[str], dict[str, float]]:
+    """(soup parameters, the labels kept, {label or 'soup': score}): `score(params)` higher is better."""
+    alone = {}
+    for ingredient in found:  # each ingredient's own score, one restored at a time
+        alone[ingredient.label] = score(restore_params(ingredient))
+    order = sorted(found, key=lambda i: -alone[i.label])
+    running, kept = RunningSum(), [order[0].label]
+    running.add(restore_params(order[0]), order[0].label)
+    best = alone[order[0].label]
+    for ingredient in order[1:]:
+        params = restore_params(ingredient)
+        _same_shapes(running.total, params, running.first_label, ingredient.label)
+        value = score(running.mean(plus=params))
+        if value >= best:
+            running.add(params, ingredient.label)
+            kept.append(ingredient.label)
+            best = value
+    return running.mean(), kept, {**alone, "soup": best}
+
+
+def write(out: str, params, found: list[Ingredient], info: dict, overwrite: bool = False) -> str:
+    """The soup as a parameter checkpoint: the first ingredient's config (lengths, prompts, model) and
+    vocabulary, `info` (what was averaged, how) in info.json."""
+    from samtone_jax.checkpoints import save_params
+    from samtone_jax.checkpoints.params_io import load_model_gin
+
+    first = found[0]
+    root = paths.as_path(first.source)
+    config = root / run_folders.CONFIG_GIN
+    text = config.read_text() if first.in_state else load_model_gin(first.source)
+    extra = {}
+    for name in (run_folders.VOCABULARY, run_folders.TOKENIZER):
+        if (root / name).exists():
+            extra[name] = (root / name).read_bytes()
+    return save_params(out, params, text, info, overwrite=overwrite, extra_files=extra)

@@ -1,0 +1,92 @@
+"""`samtone average`: a uniform soup is the mean of its ingredients' parameters (a soup of identical
+runs is the run), a run's last K checkpoints, the greedy soup's rule, the soup loads / exports like
+an import, and mismatched ingredients are refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from conftest import tiny_train_argv
+
+import samtone_jax
+from samtone_jax import cli
+from samtone_jax.checkpoints import load_params
+from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+
+
+def _params(run, step):
+    return restore_on_one_device(run / "checkpoints" / str(step) / "state")["params"]
+
+
+def _leaves(tree):
+    return jax.tree_util.tree_leaves(tree)
+
+
+def test_a_soup_of_identical_runs_is_the_run_and_loads_like_it(trained_run, tmp_path, capsys):
+    out = tmp_path / "soup"
+    assert cli.main(["average", "--checkpoints", str(trained_run), str(trained_run), f"--out={out}"]) == 0
+    for a, b in zip(_leaves(load_params(str(out))), _leaves(_params(trained_run, 2)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    texts = ["a small dog", "the bank of a river"]
+    np.testing.assert_array_equal(
+        samtone_jax.load(str(out)).encode_queries(texts), samtone_jax.load(str(trained_run)).encode_queries(texts)
+    )
+    assert json.loads((out / "info.json").read_text())["method"] == "uniform"
+    capsys.readouterr()
+    assert cli.main(["average", "--checkpoints", str(trained_run), f"--out={tmp_path / 'one'}"]) == 2
+    assert "needs at least 2 checkpoints" in capsys.readouterr().err
+    assert cli.main(["average", "--checkpoints", str(trained_run), "--last=2", f"--out={tmp_path / 'last'}"]) == 2
+    assert "has 1 complete checkpoints ([2]), fewer than --last 2" in capsys.readouterr().err
+    assert cli.main(["average", "--checkpoints", str(trained_run), str(trained_run), f"--out={out}"]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_uniform_last_k_greedy_and_refusals(trained_run, wordnet_env, tmp_path, capsys):
+    other = tmp_path / "seed1"
+    extra = ["--gin.train.seed=1", "--gin.train.checkpoint_every=1", "--gin.train.keep_checkpoints=3"]
+    assert cli.main(tiny_train_argv(other, wordnet_env[1], steps=3, extra=extra)) == 0
+    # uniform: the mean of the two runs' parameters
+    soup = tmp_path / "soup"
+    assert cli.main(["average", "--checkpoints", str(trained_run), str(other), f"--out={soup}"]) == 0
+    for s, a, b in zip(
+        _leaves(load_params(str(soup))), _leaves(_params(trained_run, 2)), _leaves(_params(other, 3)), strict=True
+    ):
+        np.testing.assert_allclose(s, (a + b) / 2, rtol=1e-6, atol=1e-7)
+    # a run's last 3 checkpoints
+    last = tmp_path / "last"
+    assert cli.main(["average", "--checkpoints", str(other), "--last=3", f"--out={last}"]) == 0
+    for s, *steps in zip(
+        _leaves(load_params(str(last))), *(_leaves(_params(other, k)) for k in (1, 2, 3)), strict=True
+    ):
+        np.testing.assert_allclose(s, sum(steps) / 3, rtol=1e-6, atol=1e-7)
+    # greedy: each alone scored, best first; the soup is the mean of what was kept, never worse than the best
+    greedy = tmp_path / "greedy"
+    flags = ["--task=wordnet_definitions", "--split=all", "--measure=RR"]
+    assert (
+        cli.main(["average", "--checkpoints", str(trained_run), str(other), str(last), f"--out={greedy}", *flags]) == 0
+    )
+    info = json.loads((greedy / "info.json").read_text())
+    labels = [str(trained_run), str(other), str(last)]
+    assert info["method"] == "greedy" and set(info["scores"]) == {*labels, "soup"}
+    assert info["kept"][0] == max(labels, key=lambda label: info["scores"][label])
+    assert info["scores"]["soup"] >= max(info["scores"][label] for label in labels)
+    sources = {
+        str(trained_run): _params(trained_run, 2),
+        str(other): _params(other, 3),
+        str(last): load_params(str(last)),
+    }
+    kept = [_leaves(sources[label]) for label in info["kept"]]
+    for s, *parts in zip(_leaves(load_params(str(greedy))), *kept, strict=True):
+        np.testing.assert_allclose(s, sum(parts) / len(parts), rtol=1e-6, atol=1e-7)
+    # another model: refused by name before anything is summed
+    wider = tmp_path / "wider"
+    assert cli.main(tiny_train_argv(wider, wordnet_env[1], steps=1, extra=["--gin.VOCAB_SIZE=120"])) == 0
+    capsys.readouterr()
+    assert cli.main(["average", "--checkpoints", str(trained_run), str(wider), f"--out={tmp_path / 'bad'}"]) == 2
+    err = capsys.readouterr().err
+    assert "is another architecture than" in err and "vocab_size" in err
+    assert not (tmp_path / "bad").exists()
