@@ -116,6 +116,35 @@ def st_train(folder, tokenizer_json, task, args, seed, st_loss, out_folder):
     model.save(out_folder)
 
 
+def train_ours(out, name, init, args, seed, loss_gin, extra=()):
+    """`samtone train` of arm `name` from the import at `init` on args.task, the shared budget."""
+    query_length, doc_length, _, _ = TASKS[args.task]
+    samtone(
+        "train",
+        f"--gin_file={init}/model.gin",
+        f"--gin_file={loss_gin}",
+        f"--gin.TEMPERATURE={args.temperature}",
+        f"--gin.train.model_dir='{out}/{name}'",
+        f"--gin.train.init_checkpoint='{init}'",
+        f"--gin.train.task='{args.task}'",
+        f"--gin.train.seed={seed}",
+        f"--gin.train.train_steps={args.steps}",
+        f"--gin.train.batch_size={args.batch}",
+        f"--gin.train.query_length={query_length}",
+        f"--gin.train.doc_length={doc_length}",
+        f"--gin.train.vocabulary='{init}/tokenizer.json'",
+        "--gin.train.packing=True",
+        "--gin.optimizer.kind='adamw'",
+        f"--gin.adamw.learning_rate={args.learning_rate}",
+        f"--gin.adamw.warmup_steps={int(WARMUP * args.steps)}",
+        f"--gin.adamw.weight_decay={WEIGHT_DECAY}",
+        "--gin.train.log_every=50",
+        f"--gin.train.checkpoint_every={args.steps}",
+        *extra,
+        log=f"{out}/{name}_train.log",
+    )
+
+
 def main():
     parser = experiment_parser(__doc__, "runs/peer_wordnet")
     parser.set_defaults(steps=300, learning_rate=5e-5)
@@ -169,30 +198,7 @@ def main():
                     )
                 else:
                     loss_gin, extra = OURS[arm]
-                    samtone(
-                        "train",
-                        f"--gin_file={init}/model.gin",
-                        f"--gin_file={loss_gin}",
-                        f"--gin.TEMPERATURE={args.temperature}",
-                        f"--gin.train.model_dir='{model_dir}'",
-                        f"--gin.train.init_checkpoint='{init}'",
-                        f"--gin.train.task='{args.task}'",
-                        f"--gin.train.seed={seed}",
-                        f"--gin.train.train_steps={args.steps}",
-                        f"--gin.train.batch_size={args.batch}",
-                        f"--gin.train.query_length={query_length}",
-                        f"--gin.train.doc_length={doc_length}",
-                        f"--gin.train.vocabulary='{tokenizer}'",
-                        "--gin.train.packing=True",
-                        "--gin.optimizer.kind='adamw'",
-                        f"--gin.adamw.learning_rate={args.learning_rate}",
-                        f"--gin.adamw.warmup_steps={int(WARMUP * args.steps)}",
-                        f"--gin.adamw.weight_decay={WEIGHT_DECAY}",
-                        "--gin.train.log_every=50",
-                        f"--gin.train.checkpoint_every={args.steps}",
-                        *extra,
-                        log=f"{out}/{name}_train.log",
-                    )
+                    train_ours(out, name, init, args, seed, loss_gin, extra)
             evals["pretrained", arm, seed] = evaluate(model_dir, name)
     summary = summarize(out, evals, ["pretrained"], list(args.arms), args.seeds, MEASURES)
     summary["zero_shot"] = zero_shot
