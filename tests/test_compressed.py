@@ -266,3 +266,40 @@ def test_calibration_ships_with_the_model_through_load_eval_encode_and_export(
     assert "--documents must be at least 2" in capsys.readouterr().err
     assert cli.main(["calibrate", f"--checkpoint={run}", *task, "--documents=30", "--dims", "8,32"]) == 0  # replaced
     assert json.loads((run / "calibration.json").read_text()) == record
+
+
+def test_the_in_training_eval_scores_the_compressed_index_too(trained_run, wordnet_env):
+    """RetrievalEval.precisions: retrieval/<precision>[_rescoreR]/<measure> beside the float32 metrics;
+    binary's P@1 is the brute-force P@1 of the sign vectors of the same embeddings (ties to the lower
+    index, as the index returns them)."""
+    import samtone_jax
+    from samtone_jax.evaluation.train_hook import RetrievalEval
+
+    model = samtone_jax.load(str(trained_run))
+    hook = RetrievalEval(
+        model.model,
+        None,
+        model.vocabulary,
+        "wordnet_definitions",
+        "all",
+        model.query_length,
+        model.doc_length,
+        precisions=("int8", "binary"),
+        rescore=2,
+    )
+    found = hook(model.params)
+    for prefix in (
+        "retrieval",
+        "retrieval/int8",
+        "retrieval/int8_rescore2",
+        "retrieval/binary",
+        "retrieval/binary_rescore2",
+    ):
+        assert f"{prefix}/P@1" in found and f"{prefix}/RR" in found
+    q = hook.encoder.encode_all(hook.query_tokens, "query", params=model.params)
+    d = hook.encoder.encode_all(hook.doc_tokens, "document", params=model.params)
+    best = np.argmax(np.where(q > 0, 1.0, -1.0) @ np.where(d > 0, 1.0, -1.0).T, axis=1)
+    p1 = np.mean([hook.qrels[qid].get(hook.doc_ids[j], 0) > 0 for qid, j in zip(hook.query_ids, best, strict=True)])
+    assert found["retrieval/binary/P@1"] == pytest.approx(p1, abs=1e-9)
+    with pytest.raises(BadValueError, match="RetrievalEval.precisions entry 'int4'"):
+        RetrievalEval(model.model, None, model.vocabulary, "wordnet_definitions", "all", 8, 12, precisions=("int4",))

@@ -4,6 +4,9 @@ retrieve over a held-out split (`train.retrieval_eval_task` / `retrieval_eval_sp
 The collection is loaded and tokenised once (cached for the whole run); each evaluation encodes
 the cached tokens on the training mesh with the live parameters (no checkpoint round trip, no
 recompilation), searches exactly, and returns ir-measures metrics to log as `retrieval/<name>`.
+`precisions` (gin RetrievalEval.precisions, e.g. ('int8', 'binary')) also scores the index those
+embeddings make compressed (evaluation/compressed.py; int8 ranges from the evaluated documents),
+rescored from the top k·`rescore` when rescore > 0: `retrieval/<precision>[_rescore<R>]/<name>`.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ import logging
 import time
 
 import gin
+import numpy as np
 
+from samtone_jax import quantization
 from samtone_jax.data.sentencepiece_tokens import tokenize_texts as tokenize
 from samtone_jax.errors import BadValueError
-from samtone_jax.evaluation import metrics, search
+from samtone_jax.evaluation import compressed, metrics, search
 from samtone_jax.text_embedder import TextEmbedder
 
 log = logging.getLogger(__name__)
@@ -37,6 +42,8 @@ class RetrievalEval:
         max_queries: int | None = 2000,
         k: int = 100,
         batch_size: int = 256,
+        precisions: tuple[str, ...] = (),
+        rescore: int = 0,
     ):
         from samtone_jax.tasks import catalogue, prompts
 
@@ -52,6 +59,12 @@ class RetrievalEval:
         self.doc_tokens = tokenize(vocabulary, [doc_prompt + collection.corpus[d] for d in self.doc_ids], doc_length)[0]
         self.encoder = TextEmbedder(model, None, vocabulary, mesh, batch_size)
         self.k, self.name = min(k, len(self.doc_ids)), f"{task}/{split}"
+        for precision in precisions:
+            quantization.check_precision(precision, "RetrievalEval.precisions entry")
+        if rescore < 0:
+            raise BadValueError(f"RetrievalEval.rescore must be >= 0 (0: no rescoring), got {rescore}")
+        self.served = [(p, 0) for p in precisions if p != "float32"]
+        self.served += [(p, rescore) for p in precisions if p != "float32" and rescore]
         self.measures = metrics.measures_for_depth(self.k)
         log.info("retrieval eval on %s: %d queries, %d documents", self.name, len(query_ids), len(self.doc_ids))
 
@@ -62,5 +75,12 @@ class RetrievalEval:
         scores, indices = search.exact_top_k(q, d, self.k)
         run = metrics.run_from_top_k(self.query_ids, self.doc_ids, scores, indices)
         results = {f"retrieval/{m}": v for m, v in metrics.evaluate(self.qrels, run, self.measures).items()}
+        ranges = quantization.int8_ranges(d) if any(p == "int8" for p, _ in self.served) else None
+        for precision, factor in self.served:
+            found = compressed.compressed_top_k(q, d, precision, k=self.k, ranges=ranges, rescore_factor=factor)
+            ranks = np.broadcast_to(-np.arange(found.scores.shape[1], dtype=np.float32), found.scores.shape)
+            run = metrics.run_from_top_k(self.query_ids, self.doc_ids, ranks, found.indices)  # the index's order
+            prefix = f"retrieval/{precision}" + (f"_rescore{factor}" if factor else "")
+            results |= {f"{prefix}/{m}": v for m, v in metrics.evaluate(self.qrels, run, self.measures).items()}
         results["retrieval/seconds"] = time.time() - start
         return results
