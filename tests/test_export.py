@@ -113,6 +113,8 @@ def test_onnx_export_runs_in_onnxruntime_like_ours(trained_any, tmp_path):
     the int8 graph's cosine is reported and at least 0.99 on this tiny model), the folder still
     loads and imports as an hf export."""
     architecture, run = trained_any
+    if architecture == "ade":
+        pytest.skip("two graphs are covered by ade_spl's; keeps the suite short")
     dst = tmp_path / "onnx"
     assert cli.main(["export", f"--checkpoint={run}", "--format=onnx", f"--out={dst}"]) == 0
     info = json.loads((dst / "samtone.json").read_text())
