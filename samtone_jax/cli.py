@@ -276,8 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--task", default=None, help="greedy soup: the validation task (default: uniform, no task)")
     p.add_argument("--split", default=None, help="its split (default: train, else its first)")
-    p.add_argument("--measure", default="RR", help="the measure the greedy soup maximises, e.g. RR, P@1, nDCG@10")
-    p.add_argument("--max_queries", type=int, default=2000, help="an even sample of this many validation queries")
+    p.add_argument("--measure", default=None, help="the measure the greedy soup maximises (default RR), e.g. P@1")
+    p.add_argument(
+        "--max_queries", type=int, default=None, help="an even sample of this many validation queries (2000)"
+    )
     p.add_argument("--candidates", type=int, default=None, help="rank among this many documents (default: all)")
     p.add_argument("--data_dir", default=None, help="data root (default: $SAMTONE_DATA_DIR)")
     p.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")

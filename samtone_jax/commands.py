@@ -189,6 +189,8 @@ def cmd_encode(args, bindings) -> int:
         packing_max_segments=args.packing_max_segments,
         task=args.task,
     )
+    if args.precision != "float32" or args.dim is not None:  # before any shard: one short text says it
+        encoder.encode_documents(["a"], precision=args.precision, dim=args.dim)
     sides = {"query": ("query",), "document": ("document",), "both": ("query", "document")}[args.side]
     for side in sides:
         texts = collection.queries if side == "query" else collection.corpus
@@ -230,6 +232,9 @@ def cmd_average(args, bindings) -> int:
     paths.check_bucket(args.out, "--out")
     if paths.as_path(args.out).exists() and not args.overwrite:  # before the slow part
         raise BadValueError(f"{args.out} already exists; choose another --out or pass --overwrite")
+    greedy_flags = [f"--{k}" for k in ("split", "measure", "max_queries", "candidates") if getattr(args, k) is not None]
+    if greedy_flags and not args.task:
+        raise BadValueError(f"{', '.join(greedy_flags)} choose a greedy soup's validation: add --task")
     found = soup.ingredients(args.checkpoints, args.last)
     info = {"averaged": [i.label for i in found], "method": "greedy" if args.task else "uniform"}
     if args.task:
@@ -250,12 +255,13 @@ def _soup_score(args, first: str):
     from samtone_jax import inference
     from samtone_jax.evaluation import metrics, run
 
-    split, collection = load_task(args)
-    collection = collection.sample(args.max_queries, args.candidates)
-    measure = next((m for m in metrics.DEFAULT_MEASURES if str(m) == args.measure), None)
+    wanted = args.measure or "RR"
+    measure = next((m for m in metrics.DEFAULT_MEASURES if str(m) == wanted), None)
     if measure is None:
         names = ", ".join(str(m) for m in metrics.DEFAULT_MEASURES)
-        raise BadValueError(f"--measure {args.measure!r}: choose one of {names}")
+        raise BadValueError(f"--measure {wanted!r}: choose one of {names}")
+    split, collection = load_task(args)
+    collection = collection.sample(args.max_queries or 2000, args.candidates)
     base = inference.load_encoder(first, task=args.task)
 
     def score(params) -> float:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 
 from samtone_jax import paths, run_folders
@@ -232,7 +233,9 @@ def load_encoder(
                 f"{run_folders.state(root, step)} holds no moving average of the parameters: the run was trained "
                 "without train.ema_decay"
             )
-        params = state[weights]
+        params = state["params"]
+        if weights == "ema":  # kept in float32: served in the parameters' dtype
+            params = jax.tree_util.tree_map(lambda e, p: e.astype(p.dtype), state["ema"], params)
     elif kind == "export":
         return load_export(
             directory,

@@ -286,9 +286,15 @@ def _check_data_position(model_dir, saved: str, now: str, gin_name: str) -> None
         then, here = old.get(key, defaults[name]), new.get(key, defaults[name])
         if then != here:
             differ.append(f"{key}: {then!r} in its config.gin, {here!r} here")
+    task = new.get(f"{gin_name}.task")
     for key in DATA_POSITION_ELSEWHERE:
-        if old.get(key) != new.get(key):
-            differ.append(f"{key}: {old.get(key)!r} in its config.gin, {new.get(key)!r} here")
+        then, here = old.get(key), new.get(key)
+        if key.startswith("TaskBatches.") and not (old.get("train.task_batches") or new.get("train.task_batches")):
+            continue  # not drawing one task a batch: these do not reach the data
+        if key == "mixtures.declared":  # only the run's own mixture matters
+            then, here = (x.get(task) if isinstance(x, dict) else x for x in (then, here))
+        if then != here:
+            differ.append(f"{key}: {then!r} in its config.gin, {here!r} here")
     if differ:
         raise BadValueError(
             f"{model_dir} was trained with other data settings ({'; '.join(differ)}): its data resumes by batch "

@@ -97,6 +97,12 @@ def check_ranges(ranges, dim: int, where: str = "the int8 ranges") -> None:
         raise BadValueError(f"{where} have shape {shape}; embeddings of dimension {dim} need (2, {dim}) (min, max)")
 
 
+def int8_steps(ranges):
+    """[D] each dimension's bucket width (max − min) / 255 (1 where max = min)."""
+    xp = _module(ranges)
+    return _steps(xp.asarray(ranges, xp.float32), xp)
+
+
 def quantize_int8(x, ranges):
     """[..., D] float -> int8 codes (sentence-transformers' int8 with these ranges)."""
     xp = _module(x)

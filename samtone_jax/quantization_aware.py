@@ -8,11 +8,13 @@ vector; backward: the identity, Bengio et al. 2013):
 
   binary  Q(x) = sign±(x) / √D: the packed bits' ±1 vector on the unit sphere, so Q(q) · Q(d) =
           (D − 2 · Hamming) / D, exactly the Hamming search's ranking (quantization.pack_bits: x > 0)
-  int8    Q(x) = the bucket lower edge of x's int8 code (quantization.quantize_int8 then
-          dequantize_int8, sentence-transformers' codes and their rescoring decode) with the ranges of
-          this step's global batch of documents (per dimension min / max over every device's
-          document and negative rows, pmin / pmax over the mesh): ranges tracked per step, not
-          learned; the ranges served are `samtone calibrate`'s over a corpus sample.
+  int8    Q(x) = c(x) / K: x's int8 code (quantization.quantize_int8, sentence-transformers'
+          codes) with the ranges of this step's global batch of documents (per dimension min / max
+          over every device's document and negative rows, pmin / pmax over the mesh: tracked per
+          step, not learned; served are `samtone calibrate`'s over a corpus sample), so Q(q) · Q(d)
+          is the int8 index's integer inner product c(q) · c(d), the ranking it serves, over K², a
+          constant of the step (the batch's mean code norm) that keeps the scores cosine-sized for
+          the temperature. Backward: through the continuous code (x − min) / step − 128.
 
 L_c is any contrastive loss of losses.py with its ids, guide and sharding unchanged (each Q is per
 row, the int8 ranges a global reduction), so N devices = 1 device and GradCache = plain hold as for
@@ -54,11 +56,25 @@ def batch_ranges(documents: Sequence[jax.Array], axis_name: str | None) -> jax.A
     return jnp.stack([low, high])
 
 
-def int8_served(x: jax.Array, ranges: jax.Array) -> jax.Array:
-    """x's int8 code decoded (its bucket's lower edge), in x's dtype."""
-    x = jax.lax.stop_gradient(x)  # (straight_through passes the gradient; none flows through the codes)
-    decoded = quantization.dequantize_int8(quantization.quantize_int8(x, ranges), ranges)
-    return decoded.astype(x.dtype)
+def int8_codes(x: jax.Array, ranges: jax.Array) -> jax.Array:
+    """x's int8 codes as float32 (no gradient)."""
+    return quantization.quantize_int8(jax.lax.stop_gradient(x), ranges).astype(jnp.float32)
+
+
+def code_scale(codes: Sequence[jax.Array | None], axis_name: str | None) -> jax.Array:
+    """K: the mean L2 norm of the code rows (every device's rows with `axis_name`), no gradient."""
+    rows = [c.reshape(-1, c.shape[-1]) for c in codes if c is not None]
+    total = sum(jnp.sum(jnp.linalg.norm(r, axis=-1)) for r in rows)
+    count = jnp.float32(sum(r.shape[0] for r in rows))
+    if axis_name is not None:
+        total, count = jax.lax.psum(total, axis_name), jax.lax.psum(count, axis_name)
+    return jax.lax.stop_gradient(jnp.maximum(total / count, 1e-6))
+
+
+def int8_served(x: jax.Array, codes: jax.Array, ranges: jax.Array, scale: jax.Array) -> jax.Array:
+    """codes / scale forward; backward through the continuous code (x − min) / step − 128."""
+    continuous = (x.astype(jnp.float32) - ranges[0]) / quantization.int8_steps(ranges) - 128.0
+    return (straight_through(continuous, codes) / scale).astype(x.dtype)
 
 
 def check_precisions(precisions: Sequence[str], weights: Sequence[float] | None):
@@ -88,8 +104,11 @@ def aware(loss_fn, precisions: Sequence[str], weights: Sequence[float] | None = 
                 served = tuple(None if x is None else straight_through(x, binary_served(x)) for x in (q, d, negatives))
             else:
                 ranges = batch_ranges((d, negatives), axis_name)
+                codes = tuple(None if x is None else int8_codes(x, ranges) for x in (q, d, negatives))
+                scale = code_scale(codes, axis_name)
                 served = tuple(
-                    None if x is None else straight_through(x, int8_served(x, ranges)) for x in (q, d, negatives)
+                    None if x is None else int8_served(x, c, ranges, scale)
+                    for x, c in zip((q, d, negatives), codes, strict=True)
                 )
             value, found = loss_fn(served[0], served[1], negatives=served[2], axis_name=axis_name, **kwargs)
             metrics = found if metrics is None else metrics

@@ -107,7 +107,9 @@ def make_train_step(
         new_state["opt_state"] = opt_state
         if ema_decay is not None:
             new_state["ema"] = jax.tree_util.tree_map(
-                lambda e, p: ema_decay * e + (1.0 - ema_decay) * p, state["ema"], new_state["params"]
+                lambda e, p: ema_decay * e + (1.0 - ema_decay) * p.astype(jnp.float32),
+                state["ema"],
+                new_state["params"],
             )
         metrics = dict(metrics, grad_norm=optax.global_norm(grads), learning_rate=schedule(state["step"]))
         return new_state, metrics
@@ -143,8 +145,8 @@ def initial_state(
         "opt_state": partitioning.init_optimizer_state(tx, params, mesh),
         "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed + 1)), replicated),
     }
-    if ema:
-        state["ema"] = jax.tree_util.tree_map(lambda x: x.copy(), params)  # its own buffers, params' layout
+    if ema:  # float32 whatever the parameters' dtype (bfloat16 would round 0.999 · e back to e), params' layout
+        state["ema"] = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32, copy=True), params)
     return state
 
 
@@ -179,27 +181,31 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings):
 
 def _check_init_checkpoint(init_checkpoint: str | None, model, model_dir) -> None:
     """A fresh run's INIT_CHECKPOINT exists, is complete, and (a parameter checkpoint or another run)
-    has this model's parameter shapes: one line before MODEL_DIR is written, not at the first step.
-    A run that resumes reads its own checkpoint instead, so its INIT_CHECKPOINT is not needed."""
+    has this model's parameter shapes, read from its saved metadata: one line before MODEL_DIR is
+    written, not at the first step. A run that resumes reads its own checkpoint instead."""
     if not init_checkpoint or run_folders.complete_steps(model_dir):
         return
-    from samtone_jax import gin_utils, inference
+    from samtone_jax import inference
+    from samtone_jax.checkpoints.train_checkpoints import saved_tree
 
-    kind, directory, _ = inference.resolve(init_checkpoint)
+    kind, directory, step = inference.resolve(init_checkpoint)
     if kind == "export":  # a Hugging Face folder: its shapes are checked as it is imported
         return
-    from samtone_jax.checkpoints import load_model_gin
-
-    text = load_model_gin(directory) if kind == "params" else (paths.as_path(directory) / "config.gin").read_text()
-    theirs = gin_utils.model_from_gin_text(text)
-
-    def shapes(m):
-        return jax.tree_util.tree_map(lambda x: x.shape, jax.eval_shape(lambda: init_params(m, jax.random.PRNGKey(0))))
-
-    if shapes(theirs) != shapes(model):
+    if kind == "train":
+        tree = saved_tree(run_folders.state(directory, step))
+        tree = None if tree is None else tree.get("params")
+    else:
+        tree = saved_tree(paths.as_path(directory) / run_folders.PARAMS)
+    if tree is None:  # unreadable metadata: the restore names it
+        return
+    theirs = {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(tree)}
+    abstract = jax.eval_shape(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(0))))
+    ours = {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(abstract)}
+    if theirs != ours:
+        name = next(k for k in sorted(ours.keys() | theirs.keys()) if ours.get(k) != theirs.get(k))
         raise BadValueError(
             f"train.init_checkpoint={init_checkpoint!r} does not fit the gin model (architecture "
-            f"{model.architecture}; its model.gin says {theirs.architecture}, other shapes): use the same "
+            f"{model.architecture}): its {name} is {theirs.get(name)}, the model's {ours.get(name)}; use the same "
             "architectures/ and models/ gin files as the run that wrote it"
         )
 
@@ -214,9 +220,12 @@ def _check_ema(ema_decay: float | None, model_dir) -> None:
     steps = run_folders.complete_steps(model_dir)
     if not steps:
         return
-    from samtone_jax.checkpoints.train_checkpoints import saved_keys
+    from samtone_jax.checkpoints.train_checkpoints import saved_tree
 
-    saved = "ema" in saved_keys(run_folders.state(model_dir, steps[-1]))
+    tree = saved_tree(run_folders.state(model_dir, steps[-1]))
+    if tree is None:  # unreadable: restore_latest falls back to an earlier step or says what to do
+        return
+    saved = "ema" in tree
     if saved != (ema_decay is not None):
         raise BadValueError(
             f"{model_dir}'s checkpoints were saved {'with' if saved else 'without'} a moving average of the "
@@ -525,8 +534,9 @@ def _evaluator(model, mesh, loss_fn, inputs: TrainInputs, evaluation: Evaluation
 
     def evaluate(state):
         metrics = {k: v for evaluator in evaluators for k, v in evaluator(state).items()}
-        if "ema" in state:  # the moving average beside the raw parameters
-            averaged = dict(state, params=state["ema"])
+        if "ema" in state:  # the moving average beside the raw parameters (in their dtype: the same programs)
+            ema = jax.tree_util.tree_map(lambda e, p: e.astype(p.dtype), state["ema"], state["params"])
+            averaged = dict(state, params=ema)
             metrics |= {f"ema/{k}": v for evaluator in evaluators for k, v in evaluator(averaged).items()}
         return metrics
 

@@ -170,6 +170,9 @@ def test_eval_precisions_writes_a_record_per_dimension_and_precision(trained_run
     assert "unknown evaluate.precisions entry (--precisions) 'int4'" in capsys.readouterr().err
     assert cli.main([*flags, "--precisions", "int8,int8"]) == 2
     assert cli.main([*flags, "--precisions", "int8", "--rescore", "-1"]) == 2
+    assert cli.main([*flags, "--rescore", "2"]) == 2  # nothing compressed to rescore: said, not ignored
+    assert "add one to --precisions" in capsys.readouterr().err
+    assert cli.main([*flags, "--precisions", "binary", "--gin.evaluate.backend='faiss'"]) == 2
 
 
 def test_calibration_ships_with_the_model_through_load_eval_encode_and_export(
@@ -194,6 +197,9 @@ def test_calibration_ships_with_the_model_through_load_eval_encode_and_export(
     texts = ["a small dog", "the capital of France", ""]
     with pytest.raises(MissingFileError, match="samtone calibrate --checkpoint="):
         samtone_jax.load(str(run)).encode_documents(texts, precision="int8")
+    early = tmp_path / "early"  # refused before any shard or manifest is written
+    assert cli.main(["encode", f"--checkpoint={run}", *task, f"--out={early}", "--precision=int8"]) == 2
+    assert "samtone calibrate" in capsys.readouterr().err and not early.exists()
     assert cli.main(["calibrate", f"--checkpoint={run}", *task, "--documents=30", "--dims", "8,32"]) == 0
     record = json.loads((run / "calibration.json").read_text())
     assert record["dims"] == [8, 32] and record["source"]["documents"] == 30 and record["source"]["step"] == 2
@@ -257,7 +263,7 @@ def test_calibration_ships_with_the_model_through_load_eval_encode_and_export(
     (run / "calibration.json").write_text(json.dumps(dict(record, source=dict(record["source"], step=1))))
     with caplog.at_level("WARNING"):
         assert samtone_jax.load(str(run)).calibration is None
-    assert "is of step 1, not step 2: not used" in caplog.text
+    assert "is of step 1 (params), not step 2 (params): not used" in caplog.text
     (run / "calibration.json").write_text(json.dumps(dict(record, int8_ranges={"8": [[0.0] * 7, [1.0] * 7]})))
     with pytest.raises(BadValueError, match=r"calibration.json's int8 ranges of dimension 8 have shape \(2, 7\)"):
         samtone_jax.load(str(run))

@@ -83,3 +83,22 @@ def test_a_decay_outside_0_1_and_ema_weights_of_a_run_without_them_are_refused(
     assert not model_dir.exists()
     with pytest.raises(MissingFileError, match="trained without train.ema_decay"):
         samtone_jax.load(str(trained_run), weights="ema")
+
+
+@pytest.mark.slow
+def test_the_average_of_bfloat16_parameters_is_kept_in_float32(wordnet_env, tmp_path):
+    """bfloat16 cannot hold 0.999 · e + 0.001 · p (the spacing near 1 is 2^-7): the average would
+    never move. It is kept in float32 and served in the parameters' dtype."""
+    run = tmp_path / "run"
+    extra = ["--gin.train.ema_decay=0.999", "--gin.T5Config.param_dtype='bfloat16'"]
+    assert cli.main(tiny_train_argv(run, wordnet_env[1], steps=2, extra=extra)) == 0
+    state = _state(run, 2)
+    assert {x.dtype for x in _leaves(state["ema"])} == {np.dtype(np.float32)}
+    assert {x.dtype for x in _leaves(state["params"])} == {np.dtype(jax.numpy.bfloat16)}
+    moved = [
+        np.abs(e - p.astype(np.float32)).max()
+        for e, p in zip(_leaves(state["ema"]), _leaves(state["params"]), strict=True)
+    ]
+    assert max(moved) > 0  # not the parameters themselves
+    texts = ["a small dog"]
+    assert samtone_jax.load(str(run), weights="ema").encode_queries(texts).shape == (1, 32)

@@ -34,21 +34,33 @@ def _batch(seed=0, B=6, D=16, K=2):
     return q, d, n, qid, did, np.arange(100, 100 + B * K).reshape(B, K)
 
 
-def _served_here(q, d, n, precision):
-    """The served vectors, computed with sentence-transformers' own quantizer (float64 after)."""
+def _int8_here(q, d, n):
+    """(codes of q, d, n as float64, K = their mean row norm, step [D]) with sentence-transformers'
+    quantizer and the batch's document ranges."""
     from sentence_transformers.util.quantization import quantize_embeddings
 
-    if precision == "binary":
-        return [np.where(x > 0, 1.0, -1.0) / np.sqrt(x.shape[-1]) for x in (q, d, n)]
     documents = np.concatenate([d, n.reshape(-1, d.shape[1])])
     ranges = np.stack([documents.min(axis=0), documents.max(axis=0)])
-    step = np.where(ranges[1] == ranges[0], 1, (ranges[1] - ranges[0]) / np.float32(255))
+    codes = [
+        quantize_embeddings(x.reshape(-1, x.shape[-1]), "int8", ranges=ranges).astype(np.float64).reshape(x.shape)
+        for x in (q, d, n)
+    ]
+    scale = np.mean(np.linalg.norm(np.concatenate([c.reshape(-1, c.shape[-1]) for c in codes]), axis=1))
+    return codes, scale, (ranges[1] - ranges[0]) / np.float32(255)
 
-    def decode(x):
-        codes = quantize_embeddings(x.reshape(-1, x.shape[-1]), "int8", ranges=ranges).astype(np.float64)
-        return ((codes + 128) * step + ranges[0]).reshape(x.shape)
 
-    return [decode(x) for x in (q, d, n)]
+def _served_here(q, d, n, precision):
+    """The served vectors, computed here (float64 after): ±1/√D of the sign bits, or codes / K."""
+    if precision == "binary":
+        return [np.where(x > 0, 1.0, -1.0) / np.sqrt(x.shape[-1]) for x in (q, d, n)]
+    codes, scale, _ = _int8_here(q, d, n)
+    return [c / scale for c in codes]
+
+
+def _int8_chain(q, d, n):
+    """d(served)/dx per dimension for int8: the continuous code's slope 1 / step, over K."""
+    _, scale, step = _int8_here(q, d, n)
+    return 1.0 / (step * scale)
 
 
 def _loss(precisions, weights=None):
@@ -83,6 +95,8 @@ def test_gradients_pass_straight_through_the_quantizer():
         want = jax.grad(lambda q, d, n: contrastive_loss(q, d, temperature=TAU, negatives=n, **SETTING)[0], (0, 1, 2))(
             *served
         )
+        if precision == "int8":  # the chain rule through the continuous code
+            want = [np.asarray(w) * _int8_chain(*map(np.asarray, (q, d, n))) for w in want]
         for a, b in zip(grads, want, strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=1e-5)
             assert np.abs(np.asarray(a)).max() > 0  # not a stopped gradient

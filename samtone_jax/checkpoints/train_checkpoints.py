@@ -250,14 +250,18 @@ class TrainCheckpointer:
                     raise
 
 
-def saved_keys(path) -> set[str]:
-    """The top-level keys of a saved state tree (e.g. {'step', 'params', 'opt_state', 'rng', 'ema'}),
-    read from its metadata, nothing restored."""
+def saved_tree(path):
+    """The metadata tree of a saved tree (shapes and dtypes; nothing restored), or None when it
+    cannot be read (a missing or damaged metadata file: restore_latest's to handle)."""
     path = paths.as_path(path)
-    with _without_step_metadata_warning():
-        metadata = ocp.StandardCheckpointer().metadata(path)
-    tree = getattr(metadata, "item_metadata", metadata)
-    return set(getattr(tree, "tree", tree))
+    try:
+        with _without_step_metadata_warning():
+            metadata = ocp.StandardCheckpointer().metadata(path)
+        tree = getattr(metadata, "item_metadata", metadata)
+        tree = getattr(tree, "tree", tree)
+    except Exception:  # noqa: BLE001  unreadable: the restore names it, with what to do
+        return None
+    return tree if isinstance(tree, dict) else None
 
 
 def restore_on_one_device(path, item: str | None = None):

@@ -40,6 +40,7 @@ def _trained_precisions(folder: str) -> tuple[str, ...]:
     """The precisions a run's loss was computed at (train.quantized_precisions; float32 otherwise)."""
     from samtone_jax import gin_utils, run_folders
 
-    config = paths.as_path(folder) / run_folders.CONFIG_GIN
-    settings = gin_utils.read_bindings(config.read_text()) if config.exists() else {}
+    root = paths.as_path(folder)
+    config = next((root / n for n in (run_folders.CONFIG_GIN, run_folders.MODEL_GIN) if (root / n).exists()), None)
+    settings = gin_utils.read_bindings(config.read_text()) if config is not None else {}  # a run's, a soup's
     return tuple(settings.get("train.quantized_precisions") or ("float32",))

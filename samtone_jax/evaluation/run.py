@@ -206,6 +206,8 @@ def _variants(precisions, rescore: int):
         quantization.check_precision(precision, "evaluate.precisions entry (--precisions)")
     if rescore < 0:
         raise BadValueError(f"evaluate.rescore (--rescore) must be >= 0 (0: no rescoring), got {rescore}")
+    if rescore and set(precisions) <= {"float32"}:
+        raise BadValueError("evaluate.rescore (--rescore) re-ranks an int8 / binary index: add one to --precisions")
     for precision in precisions:
         yield precision, 0
         if rescore and precision != "float32":
@@ -295,13 +297,14 @@ def evaluate(
                 f"dimension); got {tuple(dims)}"
             )
     variants = list(_variants(precisions, rescore))  # checked before the corpus is encoded
-    if len(variants) > 1 and backend != "exact":
+    if variants != [("float32", 0)] and backend != "exact":
         raise BadValueError(f"evaluate.precisions / rescore search on device: use backend 'exact', not {backend!r}")
     query_ids, q, doc_ids, d = dense_embeddings(encoder, collection.queries, collection.corpus, embeddings_dir)
     exclude_self = task.startswith("beir_")
     search_args = dict(k=k, mesh=encoder.mesh, exclude_self=exclude_self, backend=backend)
     measures = metrics.measures_for_depth(k)
     full_run = results = None
+    main = ("float32", 0) if ("float32", 0) in variants else variants[0]
     for dim in [*(dims or ()), None]:
         qd, dd = (q, d) if dim is None else (quantization.truncated(q, dim), quantization.truncated(d, dim))
         int8 = _int8_ranges(encoder, dd, calibration_size) if any(p == "int8" for p, _ in variants) else None
@@ -312,7 +315,8 @@ def evaluate(
             else:
                 run, measured = _compressed_run(query_ids, qd, doc_ids, dd, precision, factor, int8, **search_args)
                 about |= measured
-            full_run = run if dim is None and full_run is None else full_run
+            if dim is None and (precision, factor) == main:
+                full_run = run  # the .trec, the returned metrics: full float32 when asked for
             if jax.process_index() != 0:
                 continue
             suffix = (f"_dim{dim}" if dim else "") + ("" if precision == "float32" else f"_{precision}")

@@ -12,7 +12,8 @@ prompts: samtone_jax.load, eval, export and INIT_CHECKPOINT read it like an impo
 
 An ingredient is a training step (MODEL_DIR/checkpoints/<step>, or a MODEL_DIR's latest), or a
 parameter checkpoint (import-checkpoint, a soup); all must share the model (their gin models, then
-every parameter's shape): a difference is refused by name before anything is summed.
+every parameter's name and shape, from the saved metadata): a difference is refused by name before
+anything is summed; settings that leave the parameters alone (dropout, remat, dtype) may differ.
 """
 
 from __future__ import annotations
@@ -28,12 +29,11 @@ from samtone_jax.errors import BadValueError
 
 @dataclasses.dataclass(frozen=True)
 class Ingredient:
-    """One checkpoint to average: where its parameters are, and its model's gin text."""
+    """One checkpoint to average: where its parameters are."""
 
     label: str
     params_path: str  # a state tree (train step: …/state, restored at 'params') or a params/ folder
     in_state: bool  # True: params is the 'params' item of a train state
-    model_gin: str
     step: int | None
     source: str  # the folder its vocabulary / prompts / lengths come from
 
@@ -41,8 +41,7 @@ class Ingredient:
 def ingredients(checkpoints: list[str], last: int | None = None) -> list[Ingredient]:
     """The ingredients named by `checkpoints` (runs, steps, parameter checkpoints); `last` K with one
     run: that run's last K complete steps."""
-    from samtone_jax import gin_utils, inference
-    from samtone_jax.checkpoints import load_model_gin
+    from samtone_jax import inference
 
     if last is not None:
         if len(checkpoints) != 1 or last < 2:
@@ -61,16 +60,10 @@ def ingredients(checkpoints: list[str], last: int | None = None) -> list[Ingredi
     for path in checkpoints:
         kind, directory, step = inference.resolve(path)
         if kind == "train":
-            text = (paths.as_path(directory) / run_folders.CONFIG_GIN).read_text()
-            model = gin_utils.model_gin(gin_utils.model_from_gin_text(text))
-            out.append(Ingredient(path, paths.as_str(run_folders.state(directory, step)), True, model, step, directory))
+            out.append(Ingredient(path, paths.as_str(run_folders.state(directory, step)), True, step, directory))
         elif kind == "params":
-            model = gin_utils.model_gin(gin_utils.model_from_gin_text(load_model_gin(directory)))
-            out.append(
-                Ingredient(
-                    path, paths.as_str(paths.as_path(directory) / run_folders.PARAMS), False, model, None, directory
-                )
-            )
+            params = paths.as_str(paths.as_path(directory) / run_folders.PARAMS)
+            out.append(Ingredient(path, params, False, None, directory))
         else:
             raise BadValueError(f"{path} is an export: average the runs or parameter checkpoints it came from")
     _check_same_model(out)
@@ -78,15 +71,21 @@ def ingredients(checkpoints: list[str], last: int | None = None) -> list[Ingredi
 
 
 def _check_same_model(found: list[Ingredient]) -> None:
-    first = found[0]
+    """Every ingredient has the first one's parameter names and shapes (from saved metadata, nothing
+    restored); settings that leave them alone (dropout, remat, scan, dtype) may differ."""
+    first = _shapes(_abstract(found[0]))
     for other in found[1:]:
-        if other.model_gin != first.model_gin:
-            ours, theirs = first.model_gin.splitlines(), other.model_gin.splitlines()
-            differ = [f"{a} vs {b}" for a, b in zip(ours, theirs, strict=False) if a != b] or ["their gin models"]
+        theirs = _shapes(_abstract(other))
+        if theirs != first:
+            name = next(k for k in sorted(first.keys() | theirs.keys()) if first.get(k) != theirs.get(k))
             raise BadValueError(
-                f"{other.label} is another architecture than {first.label} ({differ[0]}): only checkpoints of one "
-                "model can be averaged"
+                f"{other.label} is another architecture than {found[0].label} (its {name} is {theirs.get(name)}, "
+                f"{first.get(name)} there): only checkpoints of one model can be averaged"
             )
+
+
+def _shapes(tree) -> dict[str, tuple]:
+    return {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(tree)}
 
 
 def _abstract(ingredient: Ingredient):
