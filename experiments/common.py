@@ -129,7 +129,9 @@ def existing_eval(model_dir):
     folder = os.path.join(model_dir, run_folders.EVAL)
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     # not eval --dims / --precisions records: a truncation or a compressed index
-    found = [f for f in names if f.endswith(".json") and not re.search(r"_(dim\d+|int8|binary|rescore\d+)\.json$", f)]
+    found = [
+        f for f in names if f.endswith(".json") and not re.search(r"_(dim\d+|int8|binary|rescore\d+|ema)\.json$", f)
+    ]
     return os.path.join(folder, found[-1]) if found else None
 
 

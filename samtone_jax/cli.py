@@ -251,6 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
                 default=None,
                 help="int8 / binary also with the top k·R re-ranked by the float query, for R (evaluate.rescore)",
             )
+            p.add_argument(
+                "--weights",
+                choices=["params", "ema"],
+                default=None,
+                help="a run's parameters (default), or their moving average (evaluate.weights; train.ema_decay)",
+            )
         p.set_defaults(run=commands.gin_command(module, function, report_final))
 
     p = sub.add_parser("calibrate", help="the int8 ranges a model is served with, from a sample of a task's documents")

@@ -139,6 +139,7 @@ EVAL_FLAGS = {
     "max_queries": "evaluate.max_queries",
     "candidates": "evaluate.candidates",
     "rescore": "evaluate.rescore",
+    "weights": "evaluate.weights",
     "data_dir": "data_dir.path",
 }
 

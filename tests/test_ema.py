@@ -4,6 +4,7 @@ the export of the average, and the refusals."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import jax
@@ -67,6 +68,17 @@ def test_moving_average_rule_resume_eval_and_export(wordnet_env, tmp_path, capsy
     np.testing.assert_allclose(
         samtone_jax.load(str(export)).encode_queries(texts), averaged.encode_queries(texts), atol=2e-6
     )
+    assert "moving average of its parameters" in (export / "README.md").read_text()
+    # eval of the average: its own record, beside the raw weights' (not over it), equal to the export's
+    flags = ["--task=wordnet_definitions", "--split=all"]
+    assert cli.main(["eval", f"--checkpoint={run}", *flags, "--weights=ema"]) == 0
+    assert cli.main(["eval", f"--checkpoint={run}", *flags]) == 0
+    assert cli.main(["eval", f"--checkpoint={export}", *flags]) == 0
+    records = {p.name: json.loads(p.read_text()) for p in (run / "eval").glob("*.json")}
+    ema_record = records["wordnet_definitions_all_step4_ema.json"]
+    assert ema_record["weights"] == "ema" and "weights" not in records["wordnet_definitions_all_step4.json"]
+    exported = json.loads((export / "eval" / "wordnet_definitions_all_step4.json").read_text())  # its source's step
+    assert ema_record["metrics"]["RR"] == pytest.approx(exported["metrics"]["RR"], abs=1e-6)
     # refusals: turning the average off on resume, EMA weights of a folder without them
     assert cli.main(tiny_train_argv(run, wordnet_env[1], steps=5, extra=extra[1:])) == 2
     assert "saved with a moving average of the parameters" in capsys.readouterr().err

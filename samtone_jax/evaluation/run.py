@@ -140,13 +140,13 @@ def _write_record(out, name, task, split, step, collection, run, measures, k, ba
         "task": task,
         "split": split,
         "step": step,
-        **{key: value for key, value in about.items() if key in ("dim", "precision", "rescore")},
+        **{key: value for key, value in about.items() if key in ("dim", "precision", "rescore", "weights")},
         "queries": len(run),
         "corpus": len(collection.corpus),
         "k": k,
         "backend": backend,
         "metrics": results,
-        **{key: value for key, value in about.items() if key not in ("dim", "precision", "rescore")},
+        **{key: value for key, value in about.items() if key not in ("dim", "precision", "rescore", "weights")},
         "per_query": metrics.per_query(collection.qrels, run, measures),
     }
     write_atomic(out / f"{name}.json", json.dumps(record, indent=1, allow_nan=False))
@@ -238,6 +238,7 @@ def evaluate(
     precisions: tuple[str, ...] = ("float32",),
     rescore: int = 0,
     calibration_size: int = 10000,
+    weights: str = "params",
 ) -> dict[str, float]:
     """Evaluate the checkpoint at `step` (default: the latest) of MODEL_DIR on task/split (default:
     test, or dev for a task without a test split); lengths default to the run's train.query_length /
@@ -259,7 +260,8 @@ def evaluate(
     from an even sample of `calibration_size` document embeddings (the record says which).
     `rescore` R > 0: int8 / binary also with the top k·R re-ranked by the float query
     (<name>..._<precision>_rescore<R>.json). Each record says the index's bytes a document and,
-    for an exact search, its queries a second.
+    for an exact search, its queries a second. `weights` 'ema': a run's moving average of its
+    parameters (train.ema_decay), its records named <task>_<split>_step<N>_ema....
     """
     import jax
 
@@ -282,9 +284,11 @@ def evaluate(
         mesh=mesh,
         packing_max_segments=packing_max_segments,
         task=task,
+        weights=weights,
     )
     # <task>_<split>_step<N>; a folder with no training step (an import, an export): <task>_<split>
     name = f"{task}_{split}" + (f"_step{encoder.step}" if encoder.step is not None else "")
+    name += "_ema" if weights == "ema" else ""
     if max_queries or candidates:
         name += f"_q{max_queries or 'all'}_c{candidates or 'all'}"
     out = paths.as_path(model_dir) / run_folders.EVAL
@@ -309,7 +313,7 @@ def evaluate(
         qd, dd = (q, d) if dim is None else (quantization.truncated(q, dim), quantization.truncated(d, dim))
         int8 = _int8_ranges(encoder, dd, calibration_size) if any(p == "int8" for p, _ in variants) else None
         for precision, factor in variants:
-            about = {} if dim is None else {"dim": dim}
+            about = ({} if dim is None else {"dim": dim}) | ({"weights": weights} if weights != "params" else {})
             if len(variants) == 1 and precision == "float32":
                 run = search_run(query_ids, qd, doc_ids, dd, **search_args)
             else:

@@ -211,6 +211,7 @@ def export(
                 step=encoder.step,
                 matryoshka_dims=encoder.matryoshka_dims,
                 calibration=encoder.calibration,
+                weights=encoder.weights,
             )
         )
         texts = probes[:40] + [" ".join(probes[40:60])]  # one text longer than any length: truncation checked

@@ -25,8 +25,8 @@ def run_settings(run_dir: str) -> dict[str, str]:
     return {k: bindings.get(v[1:], v) if v.startswith("%") else v for k, v in bindings.items()}
 
 
-def eval_results(run_dir: str) -> list[dict]:
-    """The eval JSONs under MODEL_DIR/eval (newest step per task/split)."""
+def eval_results(run_dir: str, weights: str = "params") -> list[dict]:
+    """The eval JSONs under MODEL_DIR/eval of `weights` (newest step per task/split)."""
     latest = {}
     folder = paths.as_path(run_dir) / run_folders.EVAL
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -35,6 +35,8 @@ def eval_results(run_dir: str) -> list[dict]:
             key = (record["task"], record["split"])
         except (ValueError, KeyError, TypeError):
             continue
+        if record.get("weights", "params") != weights:
+            continue  # another set of the run's weights (its parameters or their moving average)
         if record.get("dim") is not None or record.get("precision", "float32") != "float32":
             continue  # `samtone eval --dims / --precisions`: a truncation or compression, not the model's score
         if key not in latest or record.get("step", 0) >= latest[key].get("step", 0):
@@ -77,6 +79,7 @@ def model_card(
     step: int | None,
     matryoshka_dims=None,
     calibration=None,
+    weights: str = "params",
 ) -> str:
     settings = run_settings(run_dir)
     loss = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("contrastive_loss.")}
@@ -118,7 +121,8 @@ def model_card(
         ),
         "",
         "## Training",
-        f"- Source: `{run_dir}`, step {step if step is not None else 'n/a'}.",
+        f"- Source: `{run_dir}`, step {step if step is not None else 'n/a'}"
+        + (", the moving average of its parameters (train.ema_decay)." if weights == "ema" else "."),
     ]
     if settings.get("train.task"):
         task = settings["train.task"].strip("'\"")
@@ -128,7 +132,7 @@ def model_card(
         )
     if loss:
         lines.append("- Loss (`contrastive_loss`): " + ", ".join(f"{k} = {v}" for k, v in sorted(loss.items())) + ".")
-    results = eval_results(run_dir)
+    results = eval_results(run_dir, weights)
     if results:
         names = list(dict.fromkeys(n for r in results for n in r["metrics"]))  # every measure, first-seen order
         lines += [
