@@ -242,7 +242,7 @@ def test_calibration_ships_with_the_model_through_load_eval_encode_and_export(
     assert np.abs(codes.astype(int) - loaded).max() <= 1 and (codes != loaded).mean() < 0.01
     # the export carries them
     export = tmp_path / "export"
-    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={export}"]) == 0
+    assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--out={export}"]) == 0
     assert json.loads((export / "calibration.json").read_text()) == record
     info = json.loads((export / "samtone.json").read_text())
     assert info["calibration"] == "calibration.json"
