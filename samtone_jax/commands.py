@@ -239,9 +239,10 @@ def cmd_average(args, bindings) -> int:
     found = soup.ingredients(args.checkpoints, args.last)
     info = {"averaged": [i.label for i in found], "method": "greedy" if args.task else "uniform"}
     if args.task:
-        score, measure = _soup_score(args, found[0].label)
+        split, collection = load_task(args)
+        score, measure = soup.validation_score(found[0].label, args.task, collection, args)
         params, kept, scores = soup.greedy(found, score)
-        info |= {"kept": kept, "validation": f"{args.task}/{args.split}", "measure": measure, "scores": scores}
+        info |= {"kept": kept, "validation": f"{args.task}/{split}", "measure": measure, "scores": scores}
         print("\n".join(f"  {label}: {measure} {value:.4f}" for label, value in scores.items()))
     else:
         params = soup.uniform(found)
@@ -249,28 +250,6 @@ def cmd_average(args, bindings) -> int:
     out = soup.write(args.out, params, found, info, overwrite=args.overwrite)
     print(f"{info['method']} soup of {len(kept)} of {len(found)} checkpoints -> {out}")
     return 0
-
-
-def _soup_score(args, first: str):
-    """(params -> the validation measure of those parameters, the measure's name) for a greedy soup."""
-    from samtone_jax import inference
-    from samtone_jax.evaluation import metrics, run
-
-    wanted = args.measure or "RR"
-    measure = next((m for m in metrics.DEFAULT_MEASURES if str(m) == wanted), None)
-    if measure is None:
-        names = ", ".join(str(m) for m in metrics.DEFAULT_MEASURES)
-        raise BadValueError(f"--measure {wanted!r}: choose one of {names}")
-    split, collection = load_task(args)
-    collection = collection.sample(args.max_queries or 2000, args.candidates)
-    base = inference.load_encoder(first, task=args.task)
-
-    def score(params) -> float:
-        found = run.dense_run(base.with_params(params), collection.queries, collection.corpus, k=100)
-        return metrics.evaluate(collection.qrels, found, [measure])[str(measure)]
-
-    args.split = split
-    return score, str(measure)
 
 
 def cmd_compare(args, bindings) -> int:

@@ -34,6 +34,7 @@ from samtone_jax import (
     paths,
     quantization_aware,
     run_folders,
+    start_checks,
     stop_request,
 )
 from samtone_jax.atomic_file import write_atomic
@@ -177,61 +178,6 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings):
             f"{model.architecture}): use the same architectures/ and models/ gin files as the run that wrote it"
         )
     return jax.device_put(params, shardings)
-
-
-def _check_init_checkpoint(init_checkpoint: str | None, model, model_dir) -> None:
-    """A fresh run's INIT_CHECKPOINT exists, is complete, and (a parameter checkpoint or another run)
-    has this model's parameter shapes, read from its saved metadata: one line before MODEL_DIR is
-    written, not at the first step. A run that resumes reads its own checkpoint instead."""
-    if not init_checkpoint or run_folders.complete_steps(model_dir):
-        return
-    from samtone_jax import inference
-    from samtone_jax.checkpoints.train_checkpoints import saved_tree
-
-    kind, directory, step = inference.resolve(init_checkpoint)
-    if kind == "export":  # a Hugging Face folder: its shapes are checked as it is imported
-        return
-    if kind == "train":
-        tree = saved_tree(run_folders.state(directory, step))
-        tree = None if tree is None else tree.get("params")
-    else:
-        tree = saved_tree(paths.as_path(directory) / run_folders.PARAMS)
-    if tree is None:  # unreadable metadata: the restore names it
-        return
-    theirs = {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(tree)}
-    abstract = jax.eval_shape(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(0))))
-    ours = {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(abstract)}
-    if theirs != ours:
-        name = next(k for k in sorted(ours.keys() | theirs.keys()) if ours.get(k) != theirs.get(k))
-        raise BadValueError(
-            f"train.init_checkpoint={init_checkpoint!r} does not fit the gin model (architecture "
-            f"{model.architecture}): its {name} is {theirs.get(name)}, the model's {ours.get(name)}; use the same "
-            "architectures/ and models/ gin files as the run that wrote it"
-        )
-
-
-def _check_ema(ema_decay: float | None, model_dir) -> None:
-    """train.ema_decay in (0, 1); a run resumes with the moving average iff its checkpoints hold one
-    (its decay may change; turning it on or off mid-run would drop or invent its history)."""
-    if ema_decay is not None and not 0.0 < ema_decay < 1.0:
-        raise BadValueError(
-            f"train.ema_decay must lie in (0, 1), e.g. 0.999 (None: no moving average); got {ema_decay}"
-        )
-    steps = run_folders.complete_steps(model_dir)
-    if not steps:
-        return
-    from samtone_jax.checkpoints.train_checkpoints import saved_tree
-
-    tree = saved_tree(run_folders.state(model_dir, steps[-1]))
-    if tree is None:  # unreadable: restore_latest falls back to an earlier step or says what to do
-        return
-    saved = "ema" in tree
-    if saved != (ema_decay is not None):
-        raise BadValueError(
-            f"{model_dir}'s checkpoints were saved {'with' if saved else 'without'} a moving average of the "
-            f"parameters, and train.ema_decay = {ema_decay} here: resume as it was trained "
-            f"({'set train.ema_decay' if saved else 'train.ema_decay = None'}), or start another MODEL_DIR"
-        )
 
 
 def _keep_vocabulary(vocabulary: str | None, model_dir) -> None:
@@ -461,8 +407,8 @@ def fit(
     # INIT_CHECKPOINT, and the retrieval eval's collection (read and tokenised once, here).
     vocab_lib.check_fits(inputs.spec.vocabulary, model.config, "train.vocabulary")
     inputs.check_data(also_splits=(evaluation.split,) if evaluation.split else ())
-    _check_init_checkpoint(init_checkpoint, model, model_dir)
-    _check_ema(ema_decay, model_dir)
+    start_checks.init_checkpoint_fits(init_checkpoint, model, model_dir)
+    start_checks.ema_matches(ema_decay, model_dir)
     evaluate = _evaluator(model, mesh, loss_fn, inputs, evaluation)
     tx, lr_schedule = optimizer.make(train_steps=schedule.train_steps)
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:

@@ -52,7 +52,7 @@ LAYERS = (
     # retrieval evaluation
     {"evaluation"},
     # training: the optimizer, the loop every mode shares, the contrastive mode
-    {"optimizer", "train_logging", "loop", "train_batches", "train"},
+    {"optimizer", "train_logging", "loop", "train_batches", "start_checks", "train"},
     # hard negatives: mining, teachers and their scores, ADORE's mode
     {"hard_negatives"},
     # what reads a trained model out: export, the embedding-space analysis

@@ -177,6 +177,26 @@ def greedy(found: list[Ingredient], score) -> tuple[object, list[str], dict[str,
     return running.mean(), kept, {**alone, "soup": best}
 
 
+def validation_score(first: str, task: str, collection, args):
+    """(params -> the validation measure of the model of checkpoint `first` with those parameters,
+    the measure's name) on an even sample of `collection` (args: measure, max_queries, candidates)."""
+    from samtone_jax import inference
+    from samtone_jax.evaluation import metrics, run
+
+    wanted = args.measure or "RR"
+    measure = next((m for m in metrics.DEFAULT_MEASURES if str(m) == wanted), None)
+    if measure is None:
+        raise BadValueError(f"--measure {wanted!r}: choose one of {', '.join(map(str, metrics.DEFAULT_MEASURES))}")
+    collection = collection.sample(args.max_queries or 2000, args.candidates)
+    base = inference.load_encoder(first, task=task)
+
+    def score(params) -> float:
+        found = run.dense_run(base.with_params(params), collection.queries, collection.corpus, k=100)
+        return metrics.evaluate(collection.qrels, found, [measure])[str(measure)]
+
+    return score, str(measure)
+
+
 def write(out: str, params, found: list[Ingredient], info: dict, overwrite: bool = False) -> str:
     """The soup as a parameter checkpoint: the first ingredient's config (lengths, prompts, model) and
     vocabulary, `info` (what was averaged, how) in info.json."""
