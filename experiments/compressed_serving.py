@@ -25,7 +25,7 @@ import shutil
 import sys
 
 from common import experiment_parser, parse_into_folder, samtone, summarize
-from pretrained_peer import TASKS, train_ours
+from pretrained_peer import TASKS, import_minilm, train_ours
 
 ARMS = {
     "posthoc": [],
@@ -46,17 +46,7 @@ def main():
     parser.add_argument("--posthoc_from", default=None, help="a pretrained_peer.py folder with samtone_query runs")
     args, out = parse_into_folder(parser)
     args.task = "wordnet_definitions"
-    from samtone_jax.checkpoints.pretrained import minilm_folder
-
-    init = f"{out}/minilm"
-    if not os.path.exists(f"{init}/model.gin"):
-        samtone(
-            "import-checkpoint",
-            "--format=sentence-transformers",
-            f"--src={minilm_folder()}",
-            f"--out={init}",
-            log=f"{out}/import.log",
-        )
+    init = import_minilm(out)
     _, _, split, sample = TASKS[args.task]
     evals = {}
     for seed in args.seeds:

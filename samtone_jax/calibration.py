@@ -23,7 +23,7 @@ import numpy as np
 
 from samtone_jax import paths, quantization, run_folders
 from samtone_jax.atomic_file import write_atomic
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.errors import BadValueError
 
 FORMAT = "samtone_jax calibration 1"
 
@@ -36,8 +36,6 @@ class Calibration:
             raise BadValueError(f"{where} is not a samtone_jax calibration (format {record.get('format')!r})")
         self.where, self.record = where, record
         self.dimension = int(record["dimension"])
-        self.dims = tuple(int(d) for d in record["dims"])
-        self.precisions = tuple(record["precisions"])
         self.ranges = {int(d): np.asarray(r, np.float32) for d, r in record.get("int8_ranges", {}).items()}
         for d, r in self.ranges.items():
             quantization.check_ranges(r, d, f"{where}'s int8 ranges of dimension {d}")
@@ -99,13 +97,3 @@ def load(folder) -> Calibration | None:
     except ValueError as e:
         raise BadValueError(f"{path} is not valid JSON ({e}): rewrite it with samtone calibrate") from e
     return Calibration(record, str(path))
-
-
-def require(folder) -> Calibration:
-    found = load(folder)
-    if found is None:
-        raise MissingFileError(
-            f"{paths.as_path(folder) / run_folders.CALIBRATION} not found: int8 needs the model's calibration "
-            f"(samtone calibrate --checkpoint={paths.as_str(folder)} --task=...)"
-        )
-    return found

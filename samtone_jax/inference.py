@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 
-import jax
 import numpy as np
 
 from samtone_jax import paths, run_folders
@@ -214,7 +213,7 @@ def load_encoder(
     """
     from samtone_jax import gin_utils
     from samtone_jax.checkpoints import load_model_gin, load_params
-    from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+    from samtone_jax.checkpoints.train_checkpoints import ema_params, restore_on_one_device
 
     kind, directory, step = resolve(path, step)
     root = paths.as_path(directory)
@@ -233,9 +232,7 @@ def load_encoder(
                 f"{run_folders.state(root, step)} holds no moving average of the parameters: the run was trained "
                 "without train.ema_decay"
             )
-        params = state["params"]
-        if weights == "ema":  # kept in float32: served in the parameters' dtype
-            params = jax.tree_util.tree_map(lambda e, p: e.astype(p.dtype), state["ema"], params)
+        params = ema_params(state) if weights == "ema" else state["params"]
     elif kind == "export":
         return load_export(
             directory,
@@ -328,6 +325,7 @@ def load_export(
     info = json.loads((root / run_folders.EXPORT_JSON).read_text())
     model = gin_utils.model_from_gin_text(load_model_gin(directory))
     params, _ = import_export(directory, model)
+    weights = info["source"].get("weights", "params")  # what the export holds
     vocab_path = vocabulary or str(root / info["vocabulary"])
     vocab_lib.check_fits(vocab_path, model.config, "--vocabulary" if vocabulary else "the export's vocabulary")
     vocab = vocab_lib.tokens(vocab_path, info["extra_ids"])
@@ -343,10 +341,8 @@ def load_export(
         source=str(root),
         packing_max_segments=packing_max_segments,
         matryoshka_dims=info.get("matryoshka_dims"),
-        calibration=_calibration_of(directory, info["source"].get("step"), info["source"].get("weights", "params"))
-        if calibrated
-        else None,
-        weights=info["source"].get("weights", "params"),
+        calibration=_calibration_of(directory, info["source"].get("step"), weights) if calibrated else None,
+        weights=weights,
         **_export_prompts(info, task),
     )
 

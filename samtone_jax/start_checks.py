@@ -20,7 +20,7 @@ def init_checkpoint_fits(init_checkpoint: str | None, model, model_dir) -> None:
     if not init_checkpoint or run_folders.complete_steps(model_dir):
         return
     from samtone_jax import inference
-    from samtone_jax.checkpoints.train_checkpoints import saved_tree
+    from samtone_jax.checkpoints.train_checkpoints import first_shape_difference, saved_tree
 
     kind, directory, step = inference.resolve(init_checkpoint)
     if kind == "export":  # a Hugging Face folder: its shapes are checked as it is imported
@@ -32,14 +32,13 @@ def init_checkpoint_fits(init_checkpoint: str | None, model, model_dir) -> None:
         tree = saved_tree(paths.as_path(directory) / run_folders.PARAMS)
     if tree is None:  # unreadable metadata: the restore names it
         return
-    theirs = {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(tree)}
     abstract = jax.eval_shape(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(0))))
-    ours = {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(abstract)}
-    if theirs != ours:
-        name = next(k for k in sorted(ours.keys() | theirs.keys()) if ours.get(k) != theirs.get(k))
+    differ = first_shape_difference(abstract, tree)
+    if differ is not None:
+        name, ours, theirs = differ
         raise BadValueError(
             f"train.init_checkpoint={init_checkpoint!r} does not fit the gin model (architecture "
-            f"{model.architecture}): its {name} is {theirs.get(name)}, the model's {ours.get(name)}; use the same "
+            f"{model.architecture}): its {name} is {theirs}, the model's {ours}; use the same "
             "architectures/ and models/ gin files as the run that wrote it"
         )
 

@@ -40,6 +40,7 @@ from samtone_jax import (
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.batch_embeddings import embed_batch
 from samtone_jax.checkpoints import load_params
+from samtone_jax.checkpoints.train_checkpoints import ema_params
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.data.input_spec import InputSpec
@@ -481,8 +482,7 @@ def _evaluator(model, mesh, loss_fn, inputs: TrainInputs, evaluation: Evaluation
     def evaluate(state):
         metrics = {k: v for evaluator in evaluators for k, v in evaluator(state).items()}
         if "ema" in state:  # the moving average beside the raw parameters (in their dtype: the same programs)
-            ema = jax.tree_util.tree_map(lambda e, p: e.astype(p.dtype), state["ema"], state["params"])
-            averaged = dict(state, params=ema)
+            averaged = dict(state, params=ema_params(state))
             metrics |= {f"ema/{k}": v for evaluator in evaluators for k, v in evaluator(averaged).items()}
         return metrics
 

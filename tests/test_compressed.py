@@ -167,11 +167,11 @@ def test_eval_precisions_writes_a_record_per_dimension_and_precision(trained_run
     assert [(r.get("dim"), r.get("precision")) for r in eval_results(str(run))] == [(None, "float32")]
     capsys.readouterr()
     assert cli.main([*flags, "--precisions", "float32,int4"]) == 2
-    assert "unknown evaluate.precisions entry (--precisions) 'int4'" in capsys.readouterr().err
+    assert "unknown evaluate.precisions (--precisions) entry 'int4'" in capsys.readouterr().err
     assert cli.main([*flags, "--precisions", "int8,int8"]) == 2
     assert cli.main([*flags, "--precisions", "int8", "--rescore", "-1"]) == 2
     assert cli.main([*flags, "--rescore", "2"]) == 2  # nothing compressed to rescore: said, not ignored
-    assert "add one to --precisions" in capsys.readouterr().err
+    assert "re-ranks an int8 / binary index: add one to evaluate.precisions (--precisions)" in capsys.readouterr().err
     assert cli.main([*flags, "--precisions", "binary", "--gin.evaluate.backend='faiss'"]) == 2
 
 

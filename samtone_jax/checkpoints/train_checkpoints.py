@@ -264,6 +264,23 @@ def saved_tree(path):
     return tree if isinstance(tree, dict) else None
 
 
+def first_shape_difference(a, b) -> tuple[str, tuple | None, tuple | None] | None:
+    """(parameter name, its shape in `a`, in `b`) of the first parameter whose shape differs between
+    two trees (arrays or saved metadata; a missing one's shape is None), or None when all agree."""
+    shapes_a, shapes_b = (
+        {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(t)} for t in (a, b)
+    )
+    for name in sorted(shapes_a.keys() | shapes_b.keys()):
+        if shapes_a.get(name) != shapes_b.get(name):
+            return name, shapes_a.get(name), shapes_b.get(name)
+    return None
+
+
+def ema_params(state):
+    """A train state's moving average of its parameters (kept in float32) in the parameters' dtypes."""
+    return jax.tree_util.tree_map(lambda e, p: e.astype(p.dtype), state["ema"], state["params"])
+
+
 def restore_on_one_device(path, item: str | None = None):
     """A saved tree (e.g. MODEL_DIR/checkpoints/<step>/state, local or gs://) restored whole onto
     this process's first device, whatever topology saved it (for inspection, export and tests)."""

@@ -30,6 +30,35 @@ class CompressedSearch:
     indices: np.ndarray
     bytes_per_document: int
     queries_per_second: float
+    precision: str
+
+    def ranking_scores(self) -> np.ndarray:
+        """Scores an evaluator ranks exactly as the index returned them: float32's own, else −rank.
+        int8 / binary scores tie often (integers), and ir-measures / trec_eval would break the ties
+        by document id, not by the index's order (the lower corpus index first)."""
+        if self.precision == "float32":
+            return self.scores
+        return np.broadcast_to(-np.arange(self.scores.shape[1], dtype=np.float32), self.scores.shape)
+
+
+def variants(precisions, rescore: int, names: tuple[str, str]) -> list[tuple[str, int]]:
+    """(precision, rescore factor) of every search asked for: each precision as stored, and int8 /
+    binary also rescored when `rescore` > 0; `names`: the two settings' names for errors."""
+    precisions_name, rescore_name = names
+    if not precisions or len(set(precisions)) != len(precisions):
+        raise BadValueError(f"{precisions_name} must name distinct precisions; got {tuple(precisions)}")
+    for precision in precisions:
+        quantization.check_precision(precision, f"{precisions_name} entry")
+    if rescore < 0:
+        raise BadValueError(f"{rescore_name} must be >= 0 (0: no rescoring), got {rescore}")
+    if rescore and set(precisions) <= {"float32"}:
+        raise BadValueError(f"{rescore_name} re-ranks an int8 / binary index: add one to {precisions_name}")
+    out = []
+    for precision in precisions:
+        out.append((precision, 0))
+        if rescore and precision != "float32":
+            out.append((precision, rescore))
+    return out
 
 
 def rescore(queries: np.ndarray, codes: np.ndarray, candidates: np.ndarray, precision: str, ranges, k: int):
@@ -85,4 +114,4 @@ def compressed_top_k(
     start = time.perf_counter()
     run(query_batch)  # compiled by now: a query batch's search (and rescoring) at its own speed
     rate = min(len(queries), query_batch) / max(time.perf_counter() - start, 1e-9)
-    return CompressedSearch(scores, indices, quantization.bytes_per_vector(precision, dim), rate)
+    return CompressedSearch(scores, indices, quantization.bytes_per_vector(precision, dim), rate, precision)

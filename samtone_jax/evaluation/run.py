@@ -188,30 +188,7 @@ def _compressed_run(query_ids, q, doc_ids, d, precision, factor, int8, *, k, mes
     about |= {"bytes_per_document": found.bytes_per_document, "queries_per_second": round(found.queries_per_second, 1)}
     if precision == "int8":
         about["calibration"] = int8[1]
-    scores = found.scores
-    if precision != "float32":
-        # int8 / binary scores tie often (integers): the records score the ranking the index returns,
-        # ties in its order (the lower corpus index first), not the evaluator's tie-break (trec_eval's:
-        # by document id, descending)
-        scores = np.broadcast_to(-np.arange(scores.shape[1], dtype=np.float32), scores.shape)
-    return _as_run(query_ids, doc_ids, scores, found.indices, k, exclude_self), about
-
-
-def _variants(precisions, rescore: int):
-    """(precision, rescore factor) of every record: each precision as stored, and int8 / binary
-    also rescored when `rescore` > 0."""
-    if not precisions or len(set(precisions)) != len(precisions):
-        raise BadValueError(f"evaluate.precisions must name distinct precisions; got {tuple(precisions)}")
-    for precision in precisions:
-        quantization.check_precision(precision, "evaluate.precisions entry (--precisions)")
-    if rescore < 0:
-        raise BadValueError(f"evaluate.rescore (--rescore) must be >= 0 (0: no rescoring), got {rescore}")
-    if rescore and set(precisions) <= {"float32"}:
-        raise BadValueError("evaluate.rescore (--rescore) re-ranks an int8 / binary index: add one to --precisions")
-    for precision in precisions:
-        yield precision, 0
-        if rescore and precision != "float32":
-            yield precision, rescore
+    return _as_run(query_ids, doc_ids, found.ranking_scores(), found.indices, k, exclude_self), about
 
 
 def format_table(results: dict[str, float]) -> str:
@@ -300,7 +277,9 @@ def evaluate(
                 f"evaluate.dims (--dims) must be increasing dimensions in [1, {width}] (the model's embedding "
                 f"dimension); got {tuple(dims)}"
             )
-    variants = list(_variants(precisions, rescore))  # checked before the corpus is encoded
+    variants = compressed.variants(
+        precisions, rescore, ("evaluate.precisions (--precisions)", "evaluate.rescore (--rescore)")
+    )  # checked before the corpus is encoded
     if variants != [("float32", 0)] and backend != "exact":
         raise BadValueError(f"evaluate.precisions / rescore search on device: use backend 'exact', not {backend!r}")
     query_ids, q, doc_ids, d = dense_embeddings(encoder, collection.queries, collection.corpus, embeddings_dir)

@@ -11,9 +11,9 @@ The soup is written as a parameter checkpoint with the first ingredient's config
 prompts: samtone_jax.load, eval, export and INIT_CHECKPOINT read it like an import.
 
 An ingredient is a training step (MODEL_DIR/checkpoints/<step>, or a MODEL_DIR's latest), or a
-parameter checkpoint (import-checkpoint, a soup); all must share the model (their gin models, then
-every parameter's name and shape, from the saved metadata): a difference is refused by name before
-anything is summed; settings that leave the parameters alone (dropout, remat, dtype) may differ.
+parameter checkpoint (import-checkpoint, a soup); all must share every parameter's name and shape
+(read from the saved metadata): a difference is refused by name before anything is restored;
+settings that leave the parameters alone (dropout, remat, dtype) may differ.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ class Ingredient:
     label: str
     params_path: str  # a state tree (train step: …/state, restored at 'params') or a params/ folder
     in_state: bool  # True: params is the 'params' item of a train state
-    step: int | None
     source: str  # the folder its vocabulary / prompts / lengths come from
 
 
@@ -60,10 +59,10 @@ def ingredients(checkpoints: list[str], last: int | None = None) -> list[Ingredi
     for path in checkpoints:
         kind, directory, step = inference.resolve(path)
         if kind == "train":
-            out.append(Ingredient(path, paths.as_str(run_folders.state(directory, step)), True, step, directory))
+            out.append(Ingredient(path, paths.as_str(run_folders.state(directory, step)), True, directory))
         elif kind == "params":
             params = paths.as_str(paths.as_path(directory) / run_folders.PARAMS)
-            out.append(Ingredient(path, params, False, None, directory))
+            out.append(Ingredient(path, params, False, directory))
         else:
             raise BadValueError(f"{path} is an export: average the runs or parameter checkpoints it came from")
     _check_same_model(out)
@@ -71,30 +70,30 @@ def ingredients(checkpoints: list[str], last: int | None = None) -> list[Ingredi
 
 
 def _check_same_model(found: list[Ingredient]) -> None:
-    """Every ingredient has the first one's parameter names and shapes (from saved metadata, nothing
+    """Every ingredient has the first one's parameter names and shapes (saved metadata, nothing
     restored); settings that leave them alone (dropout, remat, scan, dtype) may differ."""
-    first = _shapes(_abstract(found[0]))
+    from samtone_jax.checkpoints.train_checkpoints import first_shape_difference
+
+    first = _abstract(found[0])
     for other in found[1:]:
-        theirs = _shapes(_abstract(other))
-        if theirs != first:
-            name = next(k for k in sorted(first.keys() | theirs.keys()) if first.get(k) != theirs.get(k))
+        differ = first_shape_difference(first, _abstract(other))
+        if differ is not None:
+            name, ours, theirs = differ
             raise BadValueError(
-                f"{other.label} is another architecture than {found[0].label} (its {name} is {theirs.get(name)}, "
-                f"{first.get(name)} there): only checkpoints of one model can be averaged"
+                f"{other.label} is another architecture than {found[0].label} (its {name} is {theirs}, "
+                f"{ours} there): only checkpoints of one model can be averaged"
             )
 
 
-def _shapes(tree) -> dict[str, tuple]:
-    return {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(tree)}
-
-
 def _abstract(ingredient: Ingredient):
-    """The saved parameter tree's shapes (metadata only)."""
-    import orbax.checkpoint as ocp
+    """The saved parameter tree's shapes and dtypes (metadata only)."""
+    from samtone_jax.checkpoints.train_checkpoints import saved_tree
 
-    metadata = ocp.StandardCheckpointer().metadata(paths.as_path(ingredient.params_path))
-    tree = getattr(metadata, "item_metadata", metadata)
-    tree = getattr(tree, "tree", tree)
+    tree = saved_tree(ingredient.params_path)
+    if tree is None:
+        raise BadValueError(
+            f"{ingredient.params_path}: its metadata cannot be read (an incomplete or damaged checkpoint)"
+        )
     return tree["params"] if ingredient.in_state else tree
 
 
@@ -116,28 +115,17 @@ def restore_params(ingredient: Ingredient):
     return jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), params)
 
 
-def _same_shapes(a, b, label_a: str, label_b: str) -> None:
-    shapes_a = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(a)}
-    shapes_b = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(b)}
-    if shapes_a != shapes_b:
-        name = next(k for k in sorted(shapes_a.keys() | shapes_b.keys()) if shapes_a.get(k) != shapes_b.get(k))
-        raise BadValueError(
-            f"{label_b} does not have {label_a}'s parameters: {name} is {shapes_b.get(name)} there, "
-            f"{shapes_a.get(name)} here"
-        )
-
-
 class RunningSum:
-    """Σ of parameter trees added one at a time (float32, in place); `mean()` the average so far."""
+    """Σ of parameter trees of one shape (ingredients() checked them) added one at a time (float32,
+    in place); `mean()` the average so far."""
 
     def __init__(self):
-        self.total, self.count, self.first_label = None, 0, None
+        self.total, self.count = None, 0
 
-    def add(self, params, label: str) -> None:
+    def add(self, params) -> None:
         if self.total is None:
-            self.total, self.first_label = jax.tree_util.tree_map(np.array, params), label
+            self.total = jax.tree_util.tree_map(np.array, params)
         else:
-            _same_shapes(self.total, params, self.first_label, label)
             jax.tree_util.tree_map(lambda t, p: np.add(t, p, out=t), self.total, params)
         self.count += 1
 
@@ -153,7 +141,7 @@ def uniform(found: list[Ingredient]):
     """The uniform average of every ingredient's parameters, one restored at a time."""
     running = RunningSum()
     for ingredient in found:
-        running.add(restore_params(ingredient), ingredient.label)
+        running.add(restore_params(ingredient))
     return running.mean()
 
 
@@ -164,14 +152,13 @@ def greedy(found: list[Ingredient], score) -> tuple[object, list[str], dict[str,
         alone[ingredient.label] = score(restore_params(ingredient))
     order = sorted(found, key=lambda i: -alone[i.label])
     running, kept = RunningSum(), [order[0].label]
-    running.add(restore_params(order[0]), order[0].label)
+    running.add(restore_params(order[0]))
     best = alone[order[0].label]
     for ingredient in order[1:]:
         params = restore_params(ingredient)
-        _same_shapes(running.total, params, running.first_label, ingredient.label)
         value = score(running.mean(plus=params))
         if value >= best:
-            running.add(params, ingredient.label)
+            running.add(params)
             kept.append(ingredient.label)
             best = value
     return running.mean(), kept, {**alone, "soup": best}

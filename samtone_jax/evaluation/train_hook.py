@@ -15,7 +15,6 @@ import logging
 import time
 
 import gin
-import numpy as np
 
 from samtone_jax import quantization
 from samtone_jax.data.sentencepiece_tokens import tokenize_texts as tokenize
@@ -59,12 +58,12 @@ class RetrievalEval:
         self.doc_tokens = tokenize(vocabulary, [doc_prompt + collection.corpus[d] for d in self.doc_ids], doc_length)[0]
         self.encoder = TextEmbedder(model, None, vocabulary, mesh, batch_size)
         self.k, self.name = min(k, len(self.doc_ids)), f"{task}/{split}"
-        for precision in precisions:
-            quantization.check_precision(precision, "RetrievalEval.precisions entry")
-        if rescore < 0:
-            raise BadValueError(f"RetrievalEval.rescore must be >= 0 (0: no rescoring), got {rescore}")
-        self.served = [(p, 0) for p in precisions if p != "float32"]
-        self.served += [(p, rescore) for p in precisions if p != "float32" and rescore]
+        asked = (
+            compressed.variants(precisions, rescore, ("RetrievalEval.precisions", "RetrievalEval.rescore"))
+            if precisions or rescore
+            else []
+        )
+        self.served = [(p, factor) for p, factor in asked if p != "float32"]  # float32: always scored above
         self.measures = metrics.measures_for_depth(self.k)
         log.info("retrieval eval on %s: %d queries, %d documents", self.name, len(query_ids), len(self.doc_ids))
 
@@ -78,8 +77,7 @@ class RetrievalEval:
         ranges = quantization.int8_ranges(d) if any(p == "int8" for p, _ in self.served) else None
         for precision, factor in self.served:
             found = compressed.compressed_top_k(q, d, precision, k=self.k, ranges=ranges, rescore_factor=factor)
-            ranks = np.broadcast_to(-np.arange(found.scores.shape[1], dtype=np.float32), found.scores.shape)
-            run = metrics.run_from_top_k(self.query_ids, self.doc_ids, ranks, found.indices)  # the index's order
+            run = metrics.run_from_top_k(self.query_ids, self.doc_ids, found.ranking_scores(), found.indices)
             prefix = f"retrieval/{precision}" + (f"_rescore{factor}" if factor else "")
             results |= {f"{prefix}/{m}": v for m, v in metrics.evaluate(self.qrels, run, self.measures).items()}
         results["retrieval/seconds"] = time.time() - start

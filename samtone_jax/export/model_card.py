@@ -48,13 +48,12 @@ def mteb_metadata(run_dir: str, projection_dim: int, max_tokens: int, calibratio
     """MTEB's model metadata fields this run can fill: embedding dimension, maximum tokens, similarity,
     output dtypes, and the training datasets (the task, or a declared mixture's members)."""
     from samtone_jax import gin_utils
+    from samtone_jax.tasks import catalogue
 
     config = paths.as_path(run_dir) / run_folders.CONFIG_GIN
     settings = gin_utils.read_bindings(config.read_text()) if config.exists() else {}
     task = str(settings.get("train.task") or "")
     mixtures = settings.get("mixtures.declared") or {}
-    from samtone_jax.tasks import catalogue
-
     members = (mixtures.get(task) if isinstance(mixtures, dict) else None) or catalogue.MIXTURES.get(task)
     names = list(members) if members else ([task] if task else [])
     split = str(settings.get("train.split") or "train")
