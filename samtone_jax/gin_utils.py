@@ -29,7 +29,16 @@ T5Config = gin.external_configurable(_T5Config, "T5Config")
 BertConfig = gin.external_configurable(_BertConfig, "BertConfig")
 # The tower configs a gin file may bind (one of them): name -> (its class, its gin-wrapped class).
 TOWER_CONFIGS = {"T5Config": (_T5Config, T5Config), "BertConfig": (_BertConfig, BertConfig)}
-MODEL_FIELDS = ("architecture", "projection_dim", "learnable_temperature", "projection_init")
+MODEL_FIELDS = (
+    "architecture",
+    "projection_dim",
+    "learnable_temperature",
+    "projection_init",
+    "lora_rank",
+    "lora_alpha",
+    "lora_targets",
+    "lora_layers",
+)
 DualEncoder = gin.external_configurable(_DualEncoder, "DualEncoder")
 # Bound by gin_configs/losses/*.gin; call it with (q, d, ...) and the bound settings apply.
 contrastive_loss = gin.external_configurable(_losses.contrastive_loss, "contrastive_loss")
@@ -265,6 +274,9 @@ def model_from_gin_text(text: str) -> _DualEncoder:
         raise BadValueError(f"saved gin config binds unknown model parameters {unknown}")
     if isinstance(config_kwargs.get("mlp_activations"), list):
         config_kwargs["mlp_activations"] = tuple(config_kwargs["mlp_activations"])
+    for name in ("lora_targets", "lora_layers"):  # hashable: the model is a static argument of jit
+        if isinstance(model_kwargs.get(name), list):
+            model_kwargs[name] = tuple(model_kwargs[name])
     try:
         return _DualEncoder(config=config_class(**config_kwargs), **model_kwargs)
     except TypeError as e:

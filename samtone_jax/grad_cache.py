@@ -35,14 +35,24 @@ def from_chunks(x: jax.Array, num_shards: int) -> jax.Array:
 
 
 def loss_and_grads(
-    model, params, batch, rng, loss_on_embeddings, chunk_size: int, num_shards: int, max_segments: int | None = None
+    model,
+    params,
+    batch,
+    rng,
+    loss_on_embeddings,
+    chunk_size: int,
+    num_shards: int,
+    max_segments: int | None = None,
+    frozen=None,
 ):
-    """GradCache equivalent of value_and_grad(loss(encode(params, batch)), has_aux=True).
+    """GradCache equivalent of value_and_grad(loss(encode(params | frozen, batch)), has_aux=True):
+    gradients w.r.t. `params` only (`frozen`: top-level keys held fixed, e.g. LoRA's base towers).
 
     loss_on_embeddings(params, q, d, n) -> (loss, metrics); `params` is passed so a learnable
     temperature gets its gradient. chunk_size: rows per device per chunk (of texts; of packed
     rows for a packed batch, whose `max_segments` is the packer's).
     """
+    frozen = frozen or {}
     chunks = {}
     for x in inputs(batch):
         rows = x.tokens.shape[0]
@@ -57,17 +67,17 @@ def loss_and_grads(
         chunks[x.name] = (x.side, arrays, to_chunks(jnp.arange(rows), n, num_shards))
 
     def embed_chunk(p, side, arrays, index):
-        return embed(model, p, arrays, side, rng, index, max_segments)
+        return embed(model, p | frozen, arrays, side, rng, index, max_segments)
 
-    frozen = jax.lax.stop_gradient(params)
+    held = jax.lax.stop_gradient(params)
     outputs = {}
     for name, (side, arrays, idx) in chunks.items():  # 1. embed without activations
-        out = jax.lax.map(lambda x, side=side: embed_chunk(frozen, side, x[0], x[1]), (arrays, idx))
+        out = jax.lax.map(lambda x, side=side: embed_chunk(held, side, x[0], x[1]), (arrays, idx))
         outputs[name] = from_chunks(out, num_shards)
 
     # 2. loss and its gradient w.r.t. the encoder outputs (and any parameter the loss reads directly)
     def loss_on_outputs(p, outs):
-        return loss_on_embeddings(p, *assemble(batch, outs))
+        return loss_on_embeddings(p | frozen, *assemble(batch, outs))
 
     (loss, metrics), (grads, cotangents) = jax.value_and_grad(loss_on_outputs, argnums=(0, 1), has_aux=True)(
         params, outputs

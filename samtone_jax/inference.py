@@ -83,6 +83,23 @@ class Encoder:
         clone.calibration = None  # made with other weights
         return clone
 
+    def merged(self) -> Encoder:
+        """The same encoder with its LoRA adapters folded into its towers (models/lora.merge: sde stays
+        sde, ade_lora becomes ade_spl), as an export writes it; itself when it has no adapters."""
+        if not self.model.lora_rank:
+            return self
+        import copy
+
+        from samtone_jax.models.lora import merge
+
+        model, params = merge(self.model, self.params)
+        clone = copy.copy(self)
+        clone.model = model
+        clone._encoder = copy.copy(self._encoder)
+        clone._encoder.model = model
+        clone._encoder.params = clone._encoder.place(params)
+        return clone
+
     @property
     def mesh(self):
         return self._encoder.mesh

@@ -5,6 +5,7 @@ gin `adafactor.*`) or AdamW as Hugging Face's Trainer and sentence-transformers 
 from __future__ import annotations
 
 import gin
+import jax
 import optax
 
 from samtone_jax.errors import BadValueError
@@ -12,12 +13,12 @@ from samtone_jax.errors import BadValueError
 KINDS = ("adafactor", "adamw")
 
 
-@gin.configurable("optimizer")
-def make(train_steps: int, kind: str = "adafactor"):
+@gin.configurable("optimizer", denylist=["adapters"])
+def make(train_steps: int, kind: str = "adafactor", adapters: bool = False):
     """(optax transformation, learning-rate schedule) of `kind`: 'adafactor' (gin adafactor.*) or
-    'adamw' (gin adamw.*)."""
+    'adamw' (gin adamw.*). `adapters`: the parameters hold LoRA adapters (models/lora.py)."""
     if kind == "adafactor":
-        return adafactor(train_steps=train_steps)
+        return adafactor(train_steps=train_steps, adapters=adapters)
     if kind == "adamw":
         return adamw(train_steps=train_steps)
     raise BadValueError(f"optimizer.kind = {kind!r}: choose one of {', '.join(map(repr, KINDS))}")
@@ -44,8 +45,6 @@ def adamw(
     """AdamW as transformers' Trainer runs it (what sentence-transformers fine-tunes with): gradients
     clipped to global norm `clip_norm`, weight decay on matrices only (not biases, LayerNorm scales or
     other 1-D parameters), a linear decay to 0 at `train_steps` after an optional linear warm-up."""
-    import jax
-
     schedule = _linear(learning_rate, train_steps, warmup_steps)
     decayed = lambda params: jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)  # noqa: E731
     tx = optax.chain(
@@ -55,12 +54,13 @@ def adamw(
     return tx, schedule
 
 
-@gin.configurable
+@gin.configurable(denylist=["adapters"])
 def adafactor(
     learning_rate: float = 1e-3,
     train_steps: int = gin.REQUIRED,
     warmup_steps: int = 0,
     min_dim_size_to_factor: int = 32,
+    adapters: bool = False,
 ):
     """optax.adafactor with T5X's defaults (factored, decay 0.8, clipping 1.0, parameter scale) and
     a linear decay from `learning_rate` to 0 at `train_steps`, after an optional linear warmup.
@@ -68,13 +68,30 @@ def adafactor(
     min_dim_size_to_factor 32 (optax's default is 128): our attention kernels are 3-D [embed, heads,
     kv] and optax factors the two largest dimensions only when the second is ≥ this; with 128, a
     T5.1.1 kernel (heads, kv ≤ 64) would keep a full second moment the size of the kernel (6 GB at
-    XXL) where T5X, storing it 2-D [embed, heads·kv], keeps factored row/column statistics."""
+    XXL) where T5X, storing it 2-D [embed, heads·kv], keeps factored row/column statistics.
+
+    `adapters` (LoRA): the adapters' factors take steps of the learning rate itself, not scaled by
+    their RMS: B starts at zero, where the parameter scale (floored at 1e-3) would leave it nearly
+    still (1e-3 · learning_rate a step). Every other parameter is stepped as without adapters."""
     schedule = _linear(learning_rate, train_steps, warmup_steps)
-    tx = optax.adafactor(
-        schedule,
-        decay_rate=0.8,
-        clipping_threshold=1.0,
-        multiply_by_parameter_scale=True,
-        min_dim_size_to_factor=min_dim_size_to_factor,
-    )
-    return tx, schedule
+
+    def rule(parameter_scale: bool):
+        return optax.adafactor(
+            schedule,
+            decay_rate=0.8,
+            clipping_threshold=1.0,
+            multiply_by_parameter_scale=parameter_scale,
+            min_dim_size_to_factor=min_dim_size_to_factor,
+        )
+
+    if not adapters:
+        return rule(True), schedule
+    from samtone_jax.models.layout import ADAPTER_KEYS
+
+    def labels(params):
+        return {
+            k: jax.tree_util.tree_map(lambda _, k=k: "factors" if k in ADAPTER_KEYS else "weights", v)
+            for k, v in params.items()
+        }
+
+    return optax.multi_transform({"weights": rule(True), "factors": rule(False)}, labels), schedule

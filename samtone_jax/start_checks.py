@@ -10,7 +10,7 @@ import jax
 
 from samtone_jax import paths, run_folders
 from samtone_jax.errors import BadValueError
-from samtone_jax.models import init_params
+from samtone_jax.models import init_params, lora
 
 
 def init_checkpoint_fits(init_checkpoint: str | None, model, model_dir) -> None:
@@ -33,6 +33,9 @@ def init_checkpoint_fits(init_checkpoint: str | None, model, model_dir) -> None:
     if tree is None:  # unreadable metadata: the restore names it
         return
     abstract = jax.eval_shape(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(0))))
+    adapters = lora.adapter_keys(model)
+    if adapters and not any(k in tree for k in adapters):  # a plain model's: the LoRA model's frozen part
+        abstract = {k: v for k, v in abstract.items() if k not in adapters}
     differ = first_shape_difference(abstract, tree)
     if differ is not None:
         name, ours, theirs = differ

@@ -46,6 +46,7 @@ from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.data.input_spec import InputSpec
 from samtone_jax.errors import BadValueError, MissingFileError
 from samtone_jax.models import init_params
+from samtone_jax.models import lora as lora_lib
 from samtone_jax.tasks.task_batches import TaskBatches
 from samtone_jax.train_batches import Packing, TrainInputs, batch_source, eval_batches
 
@@ -94,29 +95,40 @@ def make_train_step(
     def step(state, batch):
         rng = jax.random.fold_in(state["rng"], state["step"])
         loss_on_embeddings = make_loss_on_embeddings(model, mesh, batch, loss_fn)
+        # Gradients of the trained keys only (LoRA: not of the frozen towers, so XLA computes no
+        # gradient, optimizer update or all-reduce for them).
+        trained, frozen = split_trained(model, state["params"])
         if grad_cache_chunk_size:
             (loss, metrics), grads = grad_cache.loss_and_grads(
-                model, state["params"], batch, rng, loss_on_embeddings, grad_cache_chunk_size, num_shards, max_segments
+                model, trained, batch, rng, loss_on_embeddings, grad_cache_chunk_size, num_shards, max_segments, frozen
             )
         else:
 
-            def full(params):
+            def full(trained):
+                params = trained | frozen
                 return loss_on_embeddings(params, *embed_batch(model, params, batch, rng, max_segments))
 
-            (loss, metrics), grads = jax.value_and_grad(full, has_aux=True)(state["params"])
-        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-        new_state = dict(state, step=state["step"] + 1, params=optax.apply_updates(state["params"], updates))
+            (loss, metrics), grads = jax.value_and_grad(full, has_aux=True)(trained)
+        updates, opt_state = tx.update(grads, state["opt_state"], trained)
+        new_state = dict(state, step=state["step"] + 1, params=optax.apply_updates(trained, updates) | frozen)
         new_state["opt_state"] = opt_state
         if ema_decay is not None:
             new_state["ema"] = jax.tree_util.tree_map(
                 lambda e, p: ema_decay * e + (1.0 - ema_decay) * p.astype(jnp.float32),
                 state["ema"],
-                new_state["params"],
+                split_trained(model, new_state["params"])[0],
             )
         metrics = dict(metrics, grad_norm=optax.global_norm(grads), learning_rate=schedule(state["step"]))
         return new_state, metrics
 
     return step
+
+
+def split_trained(model, params) -> tuple[dict, dict]:
+    """(the keys a step trains, the frozen rest): everything and nothing, or under LoRA the adapters,
+    projection and temperature, and the base towers (models/lora.py)."""
+    keys = lora_lib.trainable_keys(model, params)
+    return {k: params[k] for k in keys}, {k: v for k, v in params.items() if k not in keys}
 
 
 def make_eval_step(model, mesh, loss_fn):
@@ -135,42 +147,56 @@ def initial_state(
     parameters' moving average, starting as a copy of them."""
     boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(seed)))
     shardings = partitioning.param_shardings(mesh, boxed, rules)
+
+    def fresh():
+        return jax.jit(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(seed))), out_shardings=shardings)()
+
     if init_checkpoint:
-        params = _initial_params(model, init_checkpoint, nn.unbox(boxed), shardings)
+        params = _initial_params(model, init_checkpoint, nn.unbox(boxed), shardings, fresh)
         log.info("initialised parameters from %s", init_checkpoint)
     else:
-        params = jax.jit(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(seed))), out_shardings=shardings)()
+        params = fresh()
     replicated = NamedSharding(mesh, P())
+    trained = split_trained(model, params)[0]  # LoRA: no optimizer state (nor moving average) for the base
     state = {
         "step": jax.device_put(jnp.zeros((), jnp.int32), replicated),
         "params": params,
-        "opt_state": partitioning.init_optimizer_state(tx, params, mesh),
+        "opt_state": partitioning.init_optimizer_state(tx, trained, mesh),
         "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed + 1)), replicated),
     }
     if ema:  # float32 whatever the parameters' dtype (bfloat16 would round 0.999 · e back to e), params' layout
-        state["ema"] = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32, copy=True), params)
+        state["ema"] = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32, copy=True), trained)
     return state
 
 
-def _initial_params(model, init_checkpoint: str, abstract, shardings):
+def _initial_params(model, init_checkpoint: str, abstract, shardings, fresh):
     """INIT_CHECKPOINT's parameters on the mesh: a parameter checkpoint (import-checkpoint), another
-    run's MODEL_DIR or MODEL_DIR/checkpoints/<step> (e.g. STAR from an in-batch run), or an export."""
+    run's MODEL_DIR or MODEL_DIR/checkpoints/<step> (e.g. STAR from an in-batch run), or an export.
+    A LoRA model takes its frozen tower and projection from a plain model's checkpoint and fresh
+    adapters (`fresh()`: the model's initial parameters), or everything from another LoRA run."""
     from samtone_jax import inference
+    from samtone_jax.checkpoints.train_checkpoints import saved_tree
 
     kind, directory, step = inference.resolve(init_checkpoint)
+    adapters = lora_lib.adapter_keys(model)
     if kind == "params":
-        placed = jax.tree_util.tree_map(
-            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
-        )
-        return load_params(init_checkpoint, placed)
-    if kind == "train":
+        saved = saved_tree(paths.as_path(directory) / run_folders.PARAMS) or abstract
+        placed = {
+            k: jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), v, shardings[k])
+            for k, v in abstract.items()
+            if k in saved or k not in adapters
+        }
+        params = load_params(init_checkpoint, placed)
+    elif kind == "train":
         from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
         params = restore_on_one_device(run_folders.state(directory, step))["params"]
     else:
         from samtone_jax.checkpoints import import_params
 
-        params, _ = import_params("hf", directory, model)
+        params, _ = import_params("hf", directory, lora_lib.base_model(model))
+    if adapters and not any(k in params for k in adapters):
+        params = dict(params) | {k: v for k, v in fresh().items() if k in adapters}
     got = jax.tree_util.tree_map(lambda x: tuple(x.shape), params)
     want = jax.tree_util.tree_map(lambda x: tuple(x.shape), abstract)
     if got != want:
@@ -411,7 +437,7 @@ def fit(
     start_checks.init_checkpoint_fits(init_checkpoint, model, model_dir)
     start_checks.ema_matches(ema_decay, model_dir)
     evaluate = _evaluator(model, mesh, loss_fn, inputs, evaluation)
-    tx, lr_schedule = optimizer.make(train_steps=schedule.train_steps)
+    tx, lr_schedule = optimizer.make(train_steps=schedule.train_steps, adapters=bool(model.lora_rank))
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if jax.process_index() == 0:
             _keep_vocabulary(inputs.spec.vocabulary, model_dir)

@@ -14,15 +14,19 @@ EXPECTED_KEYS = {
     "sde": {"encoder", "projection"},
     "ade": {"query_encoder", "document_encoder", "query_projection", "document_projection"},
     "ade_spl": {"query_encoder", "document_encoder", "projection"},
+    "ade_lora": {"encoder", "query_adapter", "document_adapter", "projection"},
 }
+PLAIN = [a for a in ARCHITECTURES if not layout(a).needs_adapters]
 TINY = T5Config(vocab_size=64, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32, num_layers=1)
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_the_model_builds_the_tree_the_layout_describes(architecture):
-    params = nn.unbox(init_params(DualEncoder(TINY, architecture, projection_dim=8), jax.random.PRNGKey(0)))
     tree = layout(architecture)
-    assert set(params) == EXPECTED_KEYS[architecture] == {*tree.tower_keys(), *tree.projection_keys()}
+    model = DualEncoder(TINY, architecture, projection_dim=8, lora_rank=2 if tree.needs_adapters else 0)
+    params = nn.unbox(init_params(model, jax.random.PRNGKey(0)))
+    parts = {*tree.tower_keys(), *tree.projection_keys(), *(tree.adapter_keys() if tree.needs_adapters else ())}
+    assert set(params) == EXPECTED_KEYS[architecture] == parts
     towers, kernels = tree.split(params)
     assert kernels["query"].shape == kernels["document"].shape == (16, 8)
     # identical_tower_init: the document side starts equal to the query side
@@ -32,7 +36,7 @@ def test_the_model_builds_the_tree_the_layout_describes(architecture):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("architecture", PLAIN)
 def test_assemble_gives_two_towers_their_own_arrays(architecture):
     tower = {"layer": {"kernel": np.ones((2, 2), np.float32)}}
     kernel = np.zeros((2, 3), np.float32)

@@ -14,7 +14,7 @@ import pytest
 
 from samtone_jax.errors import BadValueError
 from samtone_jax.models import BertConfig, DualEncoder, T5Config, init_params
-from samtone_jax.models.layout import ARCHITECTURES
+from samtone_jax.models.layout import ARCHITECTURES, layout
 
 LENGTH = 48  # distances up to 47: T5's exact and log-spaced buckets (and their boundaries)
 TINY = T5Config(vocab_size=64, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=48, num_layers=2)
@@ -47,8 +47,11 @@ def _pack(rows):
 @pytest.mark.parametrize("layers", ["unrolled", "scanned+remat"])
 def test_packed_embeddings_equal_each_text_alone(architecture, layers):
     config = TINY if layers == "unrolled" else dataclasses.replace(TINY, scan_layers=True, remat=True)
-    model = DualEncoder(config, architecture, projection_dim=16, identical_tower_init=False)
+    adapted = layout(architecture).needs_adapters  # ade_lora: its adapters moved off zero, so they act
+    model = DualEncoder(config, architecture, projection_dim=16, identical_tower_init=False, lora_rank=2 * adapted)
     params = {"params": nn.unbox(init_params(model, jax.random.PRNGKey(1)))}
+    if adapted:
+        params = jax.tree_util.tree_map_with_path(lambda path, x: x + 0.3 if path[-1].key == "b" else x, params)
     rows = _texts()
     tokens, segments = _pack(rows)
     slots = max(len(r) for r in rows)

@@ -277,8 +277,13 @@ def first_shape_difference(a, b) -> tuple[str, tuple | None, tuple | None] | Non
 
 
 def ema_params(state):
-    """A train state's moving average of its parameters (kept in float32) in the parameters' dtypes."""
-    return jax.tree_util.tree_map(lambda e, p: e.astype(p.dtype), state["ema"], state["params"])
+    """A train state's moving average of its parameters (kept in float32) in the parameters' dtypes;
+    keys the average does not hold (LoRA's frozen towers) are the parameters'."""
+    params = state["params"]
+    averaged = {
+        k: jax.tree_util.tree_map(lambda e, p: e.astype(p.dtype), v, params[k]) for k, v in state["ema"].items()
+    }
+    return dict(params) | averaged
 
 
 def restore_on_one_device(path, item: str | None = None):

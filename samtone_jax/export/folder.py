@@ -150,7 +150,8 @@ def export(
     if dst.exists() and not overwrite:  # before the slow part
         raise ExistingFileError(f"{dst} already exists; choose another --out or pass --overwrite")
     hf_logging.disable_progress_bar()
-    encoder = inference.load_encoder(checkpoint, step=step, vocabulary=vocabulary, weights=weights)
+    # LoRA adapters folded into the towers: sentence-transformers loads a plain model.
+    encoder = inference.load_encoder(checkpoint, step=step, vocabulary=vocabulary, weights=weights).merged()
     wordpiece = isinstance(encoder.vocabulary, WordPieceTokens)  # a BERT-family tower's tokenizer.json
     vocabulary_bytes = encoder.vocabulary.tokenizer_json if wordpiece else encoder.vocabulary.sp_model
     if vocabulary_bytes is None:  # seqio loads lazily: fail here, naming the file

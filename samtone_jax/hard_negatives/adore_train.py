@@ -219,7 +219,8 @@ def train_adore(
     if eval_every and not retrieval_eval_task:
         raise BadValueError("train_adore.eval_every is set but train_adore.retrieval_eval_task is not: name a task")
     local_mesh = partitioning.create_mesh(devices=jax.local_devices())  # the index is encoded on this host's devices
-    source = inference.load_encoder(init_checkpoint, mesh=local_mesh, task=task)
+    # A LoRA run's adapters folded into its towers: ADORE trains the whole query tower of the merged model.
+    source = inference.load_encoder(init_checkpoint, mesh=local_mesh, task=task).merged()
     if source.query_prompt or source.document_prompt:
         raise BadValueError(
             f"train_adore.init_checkpoint={init_checkpoint!r} was trained with prompts "

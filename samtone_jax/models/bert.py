@@ -29,8 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from samtone_jax.errors import BadValueError
+from samtone_jax.models.dense import dense as _dense
+from samtone_jax.models.dense import low_rank, sub
 from samtone_jax.models.layer_stack import apply_layers
-from samtone_jax.models.t5 import ACTIVATION_AXES, PAD_ID, _dense, _param, attend
+from samtone_jax.models.t5 import ACTIVATION_AXES, PAD_ID, _param, attend
 
 # BERT's initialiser (Hugging Face's `initializer_range`).
 _INIT = nn.initializers.truncated_normal(0.02)
@@ -99,44 +101,52 @@ class LayerNorm(nn.Module):
         return (y * scale.astype(jnp.float32) + bias.astype(jnp.float32)).astype(jnp.dtype(self.dtype))
 
 
-def _dense_with_bias(module, name, x, shape, axes, dtype, pdtype, in_dims: int = 1):
-    """x · kernel + bias; `shape` the kernel's (its first `in_dims` dimensions are the input)."""
+def _dense_with_bias(module, name, x, shape, axes, dtype, pdtype, in_dims: int = 1, adapter=None):
+    """x · kernel + bias (+ the LoRA adapter's low-rank term for `name`); `shape` the kernel's (its
+    first `in_dims` dimensions are the input)."""
     kernel = _param(module, f"{name}_kernel", _INIT, shape, axes, pdtype)
     bias = _param(module, f"{name}_bias", nn.initializers.zeros, shape[in_dims:], axes[in_dims:], pdtype)
-    return _dense(x.astype(dtype), kernel.astype(dtype), in_dims) + bias.astype(dtype)
+    y = _dense(x.astype(dtype), kernel.astype(dtype), in_dims) + low_rank(x, adapter, name, dtype, in_dims)
+    return y + bias.astype(dtype)
 
 
 class SelfAttention(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x, bias, deterministic: bool):
+    def __call__(self, x, bias, deterministic: bool, adapter=None):
         cfg = self.config
         dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         d, h, k = cfg.emb_dim, cfg.num_heads, cfg.head_dim
-        project = dict(shape=(d, h, k), axes=("embed", "heads", "kv"), dtype=dtype, pdtype=pdtype)
+        project = dict(shape=(d, h, k), axes=("embed", "heads", "kv"), dtype=dtype, pdtype=pdtype, adapter=adapter)
         query = _dense_with_bias(self, "query", x, **project)
         key = _dense_with_bias(self, "key", x, **project)
         value = _dense_with_bias(self, "value", x, **project)
         out = attend(query, key, value, bias, cfg.attention_dropout_rate, deterministic, scale=1.0 / np.sqrt(k))
-        return _dense_with_bias(self, "out", out, (h, k, d), ("heads", "kv", "embed"), dtype, pdtype, in_dims=2)
+        return _dense_with_bias(
+            self, "out", out, (h, k, d), ("heads", "kv", "embed"), dtype, pdtype, in_dims=2, adapter=adapter
+        )
 
 
 class EncoderLayer(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x, bias, deterministic: bool):
+    def __call__(self, x, bias, deterministic: bool, adapter=None):
         cfg = self.config
         dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         drop = nn.Dropout(cfg.dropout_rate)  # per element, as Hugging Face's BERT
         norm = dict(epsilon=cfg.layer_norm_epsilon, dtype=cfg.dtype, param_dtype=cfg.param_dtype)
-        y = SelfAttention(cfg, name="attention")(x, bias, deterministic)
+        y = SelfAttention(cfg, name="attention")(x, bias, deterministic, sub(adapter, "attention"))
         x = LayerNorm(name="attention_layer_norm", **norm)(x + drop(y, deterministic=deterministic))
         x = nn.with_logical_constraint(x, ACTIVATION_AXES)
-        hidden = _dense_with_bias(self, "wi", x, (cfg.emb_dim, cfg.mlp_dim), ("embed", "mlp"), dtype, pdtype)
+        hidden = _dense_with_bias(
+            self, "wi", x, (cfg.emb_dim, cfg.mlp_dim), ("embed", "mlp"), dtype, pdtype, adapter=adapter
+        )
         hidden = nn.with_logical_constraint(nn.gelu(hidden, approximate=False), ("batch", "length", "mlp"))
-        y = _dense_with_bias(self, "wo", hidden, (cfg.mlp_dim, cfg.emb_dim), ("mlp", "embed"), dtype, pdtype)
+        y = _dense_with_bias(
+            self, "wo", hidden, (cfg.mlp_dim, cfg.emb_dim), ("mlp", "embed"), dtype, pdtype, adapter=adapter
+        )
         x = LayerNorm(name="mlp_layer_norm", **norm)(x + drop(y, deterministic=deterministic))
         return nn.with_logical_constraint(x, ACTIVATION_AXES)
 
@@ -153,12 +163,15 @@ def segment_positions(segment_ids: jax.Array) -> jax.Array:
 
 class BertEncoder(nn.Module):
     """Token ids [B, L] (0 = [PAD]) -> final hidden states [B, L, emb_dim]; padding keys masked.
-    `segment_ids` [B, L]: packed rows (see the module docstring)."""
+    `segment_ids` [B, L]: packed rows (see the module docstring); `adapter`: a LoRA adapter's factors
+    (models/lora.Adapter), added to the adapted kernels."""
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, deterministic: bool = True, segment_ids: jax.Array | None = None):
+    def __call__(
+        self, tokens: jax.Array, deterministic: bool = True, segment_ids: jax.Array | None = None, adapter=None
+    ):
         cfg = self.config
         if tokens.ndim != 2:
             raise BadValueError(f"BertEncoder expects token ids [batch, length], got shape {tokens.shape}")
@@ -188,4 +201,4 @@ class BertEncoder(nn.Module):
         x = LayerNorm(cfg.layer_norm_epsilon, cfg.dtype, cfg.param_dtype, name="embedding_layer_norm")(x)
         x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
         bias = jnp.where(masked, jnp.float32(-1e10), jnp.float32(0.0))
-        return apply_layers(self, EncoderLayer, cfg, x.astype(dtype), bias, deterministic)
+        return apply_layers(self, EncoderLayer, cfg, x.astype(dtype), bias, deterministic, adapter)

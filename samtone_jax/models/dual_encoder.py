@@ -10,7 +10,8 @@ BertConfig -> BertEncoder (models/bert.py). A pretrained mean-pooling sentence e
 projection: `projection_init='identity'` starts the projection as the identity (projection_dim =
 emb_dim), so the model embeds exactly as the imported one did before training. Where each tower
 and projection lives in the parameter tree is models/layout.py's to say (one entry per
-architecture).
+architecture). `lora_rank` > 0 adds LoRA adapters to the towers (models/lora.py: sde shares one,
+ade_lora has one per side over one frozen tower).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from samtone_jax.errors import BadValueError
+from samtone_jax.models import lora as lora_lib
 from samtone_jax.models.bert import BertConfig, BertEncoder
 from samtone_jax.models.layout import ARCHITECTURES, layout
 from samtone_jax.models.t5 import PAD_ID, T5Config, T5Encoder, _fan_in_init, _param
@@ -113,6 +115,34 @@ class DualEncoder(nn.Module):
     identical_tower_init: bool = True
     # 'fan_in' or 'identity' (needs projection_dim None or emb_dim): see the module docstring.
     projection_init: str = "fan_in"
+    # LoRA (models/lora.py): rank (0: none), alpha (None: = rank), which kernels, which layers.
+    lora_rank: int = 0
+    lora_alpha: float | None = None
+    lora_targets: tuple[str, ...] = lora_lib.GROUPS
+    lora_layers: tuple[int, ...] | None = None
+
+    @property
+    def lora(self) -> lora_lib.Lora | None:
+        """The adapters' settings (None without LoRA); refuses an architecture that takes none, or
+        ade_lora without them."""
+        tree = layout(self.architecture)
+        if not self.lora_rank:
+            if tree.needs_adapters:
+                raise BadValueError(
+                    f"DualEncoder.architecture={self.architecture!r} is one tower with a LoRA adapter per side: "
+                    "set DualEncoder.lora_rank (e.g. 8)"
+                )
+            return None
+        if not tree.adapters:
+            raise BadValueError(
+                f"DualEncoder.lora_rank={self.lora_rank} with architecture {self.architecture!r} (two full towers): "
+                "LoRA adapts 'sde' (one adapter) or 'ade_lora' (one frozen tower, an adapter per side)"
+            )
+        return lora_lib.Lora(self.lora_rank, self.lora_alpha, self.lora_targets, self.lora_layers)
+
+    @property
+    def tower_class(self):
+        return BertEncoder if isinstance(self.config, BertConfig) else T5Encoder
 
     def setup(self):
         tree = layout(self.architecture)
@@ -134,15 +164,25 @@ class DualEncoder(nn.Module):
             )
         features = self.projection_dim or self.config.emb_dim
         # Submodules named by the layout's keys (Flax names a module set in setup by its attribute).
-        tower = BertEncoder if isinstance(self.config, BertConfig) else T5Encoder
-        self._parts = {key: tower(self.config, name=key) for key in tree.tower_keys()} | {
+        parts = {key: self.tower_class(self.config, name=key) for key in tree.tower_keys()} | {
             key: Projection(features, self.config.param_dtype, self.projection_init, name=key)
             for key in tree.projection_keys()
         }
+        lora = self.lora
+        if lora is not None:
+            factors = lora_lib.factors(self.tower_class, self.config, lora)
+            parts |= {
+                key: lora_lib.Adapter(factors, lora.rank, lora.scale, self.config.param_dtype, name=key)
+                for key in tree.adapter_keys()
+            }
+        self._parts = parts
 
     def _towers(self, side: str):
-        tower, projection = layout(self.architecture).side_keys(side)
-        return self._parts[tower], self._parts[projection]
+        """The side's tower, projection and its adapter's factors (None without LoRA)."""
+        tree = layout(self.architecture)
+        tower, projection = tree.side_keys(side)
+        adapter = self._parts[tree.adapters[side]]() if self.lora_rank else None
+        return functools.partial(self._parts[tower], adapter=adapter), self._parts[projection]
 
     def _encode(self, tokens: jax.Array, side: str, deterministic: bool) -> jax.Array:
         encoder, projection = self._towers(side)

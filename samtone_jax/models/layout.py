@@ -4,7 +4,9 @@ that says so. The model, the importers, the exporters, ADORE and inference all a
   sde      {encoder, projection}: both sides read the same tower and projection
   ade      {query_encoder, document_encoder, query_projection, document_projection}
   ade_spl  {query_encoder, document_encoder, projection}: two towers, one shared projection
-  (+ log_temperature [] when the model's temperature is learnable)
+  ade_lora {encoder, query_adapter, document_adapter, projection}: one frozen tower, one LoRA adapter
+           per side, one shared projection (models/lora.py; merged, it is an ade_spl)
+  (+ log_temperature [] when the model's temperature is learnable; + adapter with sde under LoRA)
 
 A new architecture (or an adapter beside a tower) is one more entry in LAYOUTS.
 """
@@ -28,6 +30,11 @@ class Layout:
     architecture: str
     towers: dict[str, str]
     projections: dict[str, str]
+    # LoRA (DualEncoder.lora_rank > 0): each side's adapter key, and the architecture the adapters
+    # merge into (None: this architecture takes no adapters).
+    adapters: dict[str, str] | None = None
+    merged: str | None = None
+    needs_adapters: bool = False
 
     @property
     def shares_tower(self) -> bool:
@@ -47,6 +54,9 @@ class Layout:
     def tower_sides(self) -> tuple[str, ...]:
         """One side per distinct tower: ('query',) when both sides share it."""
         return ("query",) if self.shares_tower else SIDES
+
+    def adapter_keys(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.adapters[s] for s in SIDES)) if self.adapters else ()
 
     def side_keys(self, side: str) -> tuple[str, ...]:
         """The keys `side` reads: (tower, projection)."""
@@ -84,7 +94,11 @@ class Layout:
 
 LAYOUTS = {
     "sde": Layout(
-        "sde", {"query": "encoder", "document": "encoder"}, {"query": "projection", "document": "projection"}
+        "sde",
+        {"query": "encoder", "document": "encoder"},
+        {"query": "projection", "document": "projection"},
+        adapters={"query": "adapter", "document": "adapter"},
+        merged="sde",
     ),
     "ade": Layout(
         "ade",
@@ -96,8 +110,17 @@ LAYOUTS = {
         {"query": "query_encoder", "document": "document_encoder"},
         {"query": "projection", "document": "projection"},
     ),
+    "ade_lora": Layout(
+        "ade_lora",
+        {"query": "encoder", "document": "encoder"},
+        {"query": "projection", "document": "projection"},
+        adapters={"query": "query_adapter", "document": "document_adapter"},
+        merged="ade_spl",
+        needs_adapters=True,
+    ),
 }
 ARCHITECTURES = tuple(LAYOUTS)
+ADAPTER_KEYS = frozenset(k for entry in LAYOUTS.values() for k in entry.adapter_keys())
 
 
 def layout(architecture: str) -> Layout:

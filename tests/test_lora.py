@@ -1,0 +1,253 @@
+"""LoRA adapters (models/lora.py) on T5 and BERT towers: an adapter starts at zero and merges into the
+weights it adds to; the step trains the adapters only (the base bit-identical, no optimizer state for
+it); GradCache = plain and 8 devices = 1 with adapters; a run from an import loads, exports merged
+and reloads equal; the refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import tiny_bert_train_argv
+
+from samtone_jax import gin_utils, optimizer, partitioning, train
+from samtone_jax.errors import BadValueError
+from samtone_jax.models import init_params
+from samtone_jax.models import lora as lora_lib
+from samtone_jax.models.bert import BertConfig
+from samtone_jax.models.dual_encoder import DualEncoder
+from samtone_jax.models.t5 import T5Config
+
+TOWERS = {
+    "t5": T5Config(vocab_size=50, emb_dim=16, num_heads=2, head_dim=8, num_layers=2, mlp_dim=24),
+    "bert": BertConfig(vocab_size=50, emb_dim=16, num_heads=2, head_dim=8, num_layers=2, mlp_dim=24, max_length=16),
+}
+TOKENS = jnp.array([[3, 4, 5, 0, 0], [6, 7, 8, 9, 10], [11, 0, 0, 0, 0]])
+
+
+def _params(model, seed=0):
+    return nn.unbox(init_params(model, jax.random.PRNGKey(seed)))
+
+
+def _moved(params, scale=0.3):
+    """Every adapter's B drawn away from zero (as training would move it)."""
+
+    def move(path, x):
+        if path[-1].key != "b":
+            return x
+        return x + scale * jax.random.normal(jax.random.PRNGKey(hash(jax.tree_util.keystr(path)) % 2**31), x.shape)
+
+    return jax.tree_util.tree_map_with_path(move, params)
+
+
+def _embed(model, params):
+    q = model.apply({"params": params}, TOKENS, method=model.encode_queries)
+    d = model.apply({"params": params}, TOKENS, method=model.encode_documents)
+    return np.asarray(q), np.asarray(d)
+
+
+@pytest.mark.parametrize("tower", list(TOWERS))
+@pytest.mark.parametrize("architecture", ["sde", "ade_lora"])
+def test_an_adapter_starts_at_zero_and_merges_into_the_weights_it_adds_to(tower, architecture):
+    model = DualEncoder(TOWERS[tower], architecture=architecture, lora_rank=4, lora_alpha=8.0)
+    params = _params(model)
+    plain = DualEncoder(TOWERS[tower], architecture="sde")
+    base = {"encoder": params["encoder"], "projection": params["projection"]}
+    # B = 0: the adapted model embeds exactly as its base, on both sides.
+    for ours, theirs in zip(_embed(model, params), _embed(plain, base), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    # Moved adapters change the embeddings; merged into the weights (W + s·A·B) they embed the same.
+    moved = _moved(params)
+    q, d = _embed(model, moved)
+    assert np.abs(q - _embed(plain, base)[0]).max() > 1e-2
+    merged_model, merged = lora_lib.merge(model, moved)
+    assert merged_model.lora_rank == 0
+    assert merged_model.architecture == {"sde": "sde", "ade_lora": "ade_spl"}[architecture]
+    assert not any("adapter" in k for k in merged)
+    mq, md = _embed(merged_model, merged)
+    np.testing.assert_allclose(mq, q, atol=2e-6)
+    np.testing.assert_allclose(md, d, atol=2e-6)
+    if architecture == "ade_lora":  # one base, one adapter per side: the sides now differ
+        assert np.abs(q - d).max() > 1e-2
+        assert set(params) == {"encoder", "query_adapter", "document_adapter", "projection"}
+    else:
+        np.testing.assert_array_equal(q, d)
+        assert set(params) == {"encoder", "adapter", "projection"}
+
+
+def test_the_factors_have_the_rank_the_targets_and_the_layers_asked_for():
+    config = TOWERS["t5"]
+    every = _params(DualEncoder(config, lora_rank=3))["adapter"]
+    # T5.1.1: query, key, value, out, wi_0, wi_1, wo in each of 2 layers.
+    assert len(every) == 14
+    assert every["layers_0.attention.query"]["a"].shape == (16, 3)
+    assert every["layers_0.attention.query"]["b"].shape == (3, 2, 8)
+    assert every["layers_1.attention.out"]["a"].shape == (2, 8, 3)
+    assert every["layers_1.mlp.wo"]["b"].shape == (3, 16)
+    assert all(not np.any(f["b"]) for f in every.values())
+    some = _params(DualEncoder(config, lora_rank=2, lora_targets=("value", "mlp"), lora_layers=(1,)))["adapter"]
+    assert sorted(some) == ["layers_1.attention.value", "layers_1.mlp.wi_0", "layers_1.mlp.wi_1", "layers_1.mlp.wo"]
+    bert = _params(DualEncoder(TOWERS["bert"], lora_rank=2, lora_targets=("attention",)))["adapter"]
+    assert sorted(bert) == [f"layers_{i}.attention.{k}" for i in (0, 1) for k in ("key", "out", "query", "value")]
+
+
+@pytest.mark.parametrize("tower", list(TOWERS))
+def test_scanned_and_rematerialised_layers_apply_the_same_adapters(tower):
+    model = DualEncoder(TOWERS[tower], architecture="ade_lora", lora_rank=4)
+    params = _moved(_params(model))
+    scanned = model.clone(config=dataclasses.replace(TOWERS[tower], scan_layers=True, remat=True))
+    for ours, theirs in zip(_embed(scanned, params), _embed(model, params), strict=True):
+        np.testing.assert_allclose(ours, theirs, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"architecture": "ade", "lora_rank": 4}, "LoRA adapts 'sde'"),
+        ({"architecture": "ade_spl", "lora_rank": 4}, "LoRA adapts 'sde'"),
+        ({"architecture": "ade_lora"}, "set DualEncoder.lora_rank"),
+        ({"lora_rank": -2}, "lora_rank must be a positive integer"),
+        ({"lora_rank": 4, "lora_alpha": 0.0}, "lora_alpha must be > 0"),
+        ({"lora_rank": 4, "lora_targets": ("attn",)}, "lora_targets=('attn',)"),
+        ({"lora_rank": 4, "lora_layers": (7,)}, "adapt no kernel of the 2-layer tower"),
+    ],
+)
+def test_what_lora_refuses_is_named(fields, message):
+    with pytest.raises(BadValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _params(DualEncoder(TOWERS["t5"], **fields))
+
+
+def test_scanned_layers_refuse_adapters_on_some_layers_only():
+    config = dataclasses.replace(TOWERS["bert"], scan_layers=True)
+    with pytest.raises(BadValueError, match="lora_layers must be None"):
+        _params(DualEncoder(config, lora_rank=2, lora_layers=(0,)))
+
+
+def _batch(batch=16, vocab=50):
+    from samtone_jax import train_batches
+
+    rng = np.random.RandomState(0)
+    out = {
+        "query_tokens": rng.randint(2, vocab, size=(batch, 7)).astype(np.int32),
+        "doc_tokens": rng.randint(2, vocab, size=(batch, 9)).astype(np.int32),
+        "query_id": np.arange(batch, dtype=np.int64),
+        "doc_id": np.arange(batch, dtype=np.int64),
+    }
+    out["query_tokens"][:, 5:] = 0
+    return train_batches.model_features(out)
+
+
+def _step(model, mesh, chunk=None, ema=False):
+    """(initial state, state after one step, metrics) of `model` on mesh with the samtone loss."""
+    tx, schedule = optimizer.adafactor(learning_rate=1e-2, train_steps=10, adapters=True)
+    state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None, ema=ema)
+    before = jax.device_get(state)
+    step = jax.jit(
+        train.make_train_step(
+            model, tx, schedule, mesh, chunk, gin_utils.contrastive_loss, ema_decay=0.5 if ema else None
+        )
+    )
+    new_state, metrics = step(state, partitioning.host_to_global(mesh, _batch()))
+    return before, jax.device_get(new_state), jax.device_get(metrics)
+
+
+@pytest.fixture
+def samtone_loss():
+    from samtone_jax import configurables
+
+    configurables.parse(["losses/samtone_query.gin"], ["TEMPERATURE = 0.05"])
+
+
+def _model(tower="bert", architecture="ade_lora", dropout=0.0):
+    config = dataclasses.replace(TOWERS[tower], dropout_rate=dropout)
+    return DualEncoder(config, architecture=architecture, lora_rank=4, projection_init="identity")
+
+
+def test_a_step_trains_the_adapters_and_projection_only_and_keeps_no_state_for_the_base(samtone_loss):
+    model = _model()
+    mesh = partitioning.create_mesh(devices=jax.devices()[:1])
+    before, after, metrics = _step(model, mesh, ema=True)
+    assert np.isfinite(metrics["loss"])
+    for a, b in zip(
+        jax.tree_util.tree_leaves(after["params"]["encoder"]),
+        jax.tree_util.tree_leaves(before["params"]["encoder"]),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)  # the base tower: bit-identical
+    for key in ("query_adapter", "document_adapter", "projection"):
+        moved = [
+            np.abs(a - b).max()
+            for a, b in zip(*(jax.tree_util.tree_leaves(s["params"][key]) for s in (after, before)), strict=True)
+        ]
+        assert max(moved) > 1e-4, key
+    # The optimizer state and the moving average cover the trained keys only.
+    trained = {k: v for k, v in before["params"].items() if k != "encoder"}
+    base_shapes = {tuple(x.shape) for x in jax.tree_util.tree_leaves(before["params"]["encoder"]) if x.ndim == 2}
+    tx, _ = optimizer.adafactor(learning_rate=1e-2, train_steps=10)
+    full = sum(x.size for x in jax.tree_util.tree_leaves(jax.eval_shape(tx.init, before["params"])))
+    assert sum(x.size for x in jax.tree_util.tree_leaves(before["opt_state"])) < full / 2
+    assert not base_shapes & {tuple(x.shape) for x in jax.tree_util.tree_leaves(before["opt_state"])} - {
+        tuple(x.shape) for x in jax.tree_util.tree_leaves(trained)
+    }
+    assert set(after["ema"]) == set(trained)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tower", list(TOWERS))
+def test_with_adapters_grad_cache_equals_the_plain_step_and_eight_devices_one(samtone_loss, tower):
+    if jax.device_count() < 8:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    model = _model(tower, "sde", dropout=0.1)
+    eight = partitioning.create_mesh()
+    _, one_device, m1 = _step(model, partitioning.create_mesh(devices=jax.devices()[:1]))
+    _, plain, m8 = _step(model, eight)
+    _, cached, mc = _step(model, eight, chunk=1)
+    np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)
+    np.testing.assert_allclose(mc["loss"], m8["loss"], rtol=1e-5)
+    for other in (one_device, cached):
+        for a, b in zip(
+            jax.tree_util.tree_leaves(other["params"]), jax.tree_util.tree_leaves(plain["params"]), strict=True
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_lora_run_from_an_import_keeps_its_base_then_loads_exports_merged_and_reloads_equal(
+    wordnet_env, tiny_bert_import, tmp_path
+):
+    """import (a tiny BERT) -> samtone train of an ade_lora (packed, fresh adapters over the import)
+    -> the checkpoint's base is the import's -> samtone_jax.load of the run -> sentence-transformers
+    export, merged into two towers -> loads back equal, both sides."""
+    import samtone_jax
+    from samtone_jax import cli
+    from samtone_jax.checkpoints import load_params
+    from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+
+    run, out = tmp_path / "run", tmp_path / "export"
+    extra = [
+        "--gin.DualEncoder.architecture='ade_lora'",
+        "--gin.DualEncoder.lora_rank=4",
+        "--gin.adafactor.learning_rate=0.05",
+    ]
+    assert cli.main(tiny_bert_train_argv(run, tiny_bert_import, steps=3, extra=extra)) == 0
+    saved = restore_on_one_device(run / "checkpoints" / "3" / "state")
+    imported = load_params(str(tiny_bert_import[1]))
+    for a, b in zip(
+        jax.tree_util.tree_leaves(saved["params"]["encoder"]),
+        jax.tree_util.tree_leaves(imported["encoder"]),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
+    texts = ["a small dog", "the act of running", "an organ of the body"]
+    ours = samtone_jax.load(str(run))
+    q, d = ours.encode_queries(texts), ours.encode_documents(texts)
+    assert np.abs(q - d).max() > 1e-4  # the two adapters moved apart
+    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={out}"]) == 0
+    back = samtone_jax.load(str(out))
+    assert back.architecture == "ade_spl"
+    np.testing.assert_allclose(back.encode_queries(texts), q, atol=1e-5)
+    np.testing.assert_allclose(back.encode_documents(texts), d, atol=1e-5)
