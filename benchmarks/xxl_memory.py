@@ -64,7 +64,7 @@ def report(fsdp: bool, architecture: str, args) -> dict:
     else:
         tx, schedule = optimizer.adamw(train_steps=20000)
     replicated = NamedSharding(mesh, P())
-    trained = train.split_trained(model, params)[0]  # LoRA: no optimizer state for the frozen tower
+    trained, frozen = train.split_trained(model, params)  # LoRA: no optimizer state for the frozen tower
     opt_state = jax.tree_util.tree_map(  # laid out as training lays it out
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
         jax.eval_shape(tx.init, trained),
@@ -72,10 +72,12 @@ def report(fsdp: bool, architecture: str, args) -> dict:
     )
     state = {
         "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
-        "params": params,
+        "params": trained,
         "opt_state": opt_state,
         "rng": jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated),
     }
+    if frozen:
+        state["frozen"] = frozen
     rows = NamedSharding(mesh, P("data"))
     batch = {
         k: jax.ShapeDtypeStruct((args.batch, args.length), jnp.int32, sharding=rows)

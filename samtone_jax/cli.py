@@ -333,9 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--format",
         required=True,
-        choices=["sentence-transformers", "hf", "onnx"],
+        choices=["sentence-transformers", "hf", "onnx", "adapter"],
         help="a sentence-transformers folder, a Hugging Face model folder (+ the projection), or that folder "
-        "with each side's ONNX graph (float32 and int8 weights, checked in onnxruntime)",
+        "with each side's ONNX graph (float32 and int8 weights, checked in onnxruntime); LoRA adapters are "
+        "merged into the towers. adapter: a LoRA model's adapters alone, naming their frozen tower",
     )
     _out_flag(p, "output folder (written atomically)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")

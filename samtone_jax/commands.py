@@ -312,6 +312,12 @@ def cmd_export(args, bindings) -> int:
     from samtone_jax.export.folder import export
 
     _required(args, "out")
+    if args.format == "adapter":
+        from samtone_jax.export import adapter
+
+        info = adapter.write(args.checkpoint, args.out, step=args.step, weights=args.weights, overwrite=args.overwrite)
+        print(f"exported the {info['parameters']:,} trained parameters of {info['architecture']} to {args.out}")
+        return 0
     info = export(
         args.checkpoint,
         args.format,

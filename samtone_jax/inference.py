@@ -17,6 +17,7 @@ put before every text, as in training: the run-wide ones, or `task`'s own (`load
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 
@@ -74,12 +75,13 @@ class Encoder:
         return self._encoder.params
 
     def with_params(self, params) -> Encoder:
-        """The same encoder (model, vocabulary, lengths, prompts, mesh) with other parameters."""
+        """The same encoder (model, vocabulary, lengths, prompts, mesh) with other parameters; top-level
+        keys `params` lacks keep this encoder's (a LoRA model's frozen tower under averaged adapters)."""
         import copy
 
         clone = copy.copy(self)
         clone._encoder = copy.copy(self._encoder)
-        clone._encoder.params = clone._encoder.place(params)
+        clone._encoder.params = clone._encoder.place(dict(self.params) | dict(params))
         clone.calibration = None  # made with other weights
         return clone
 
@@ -150,6 +152,73 @@ class Encoder:
             f"Encoder({self.architecture}, step={self.step}, query_length={self.query_length}, "
             f"doc_length={self.doc_length}, source={self.source!r})"
         )
+
+
+def checkpoint_params(path: str, model, placed=None) -> dict:
+    """The parameters for `model` that the checkpoint at `path` holds (anything `resolve` takes: a
+    parameter checkpoint, a run's latest step or a given one, an export of a BERT / T5 tower), with a
+    LoRA model's frozen tower from the checkpoint's base.json when it holds only the trained part.
+    `placed` ({key: ShapeDtypeStructs with shardings}): a parameter checkpoint's keys restored
+    straight onto devices (those it holds)."""
+    from samtone_jax.checkpoints import import_params, load_params
+    from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device, saved_tree
+    from samtone_jax.models.lora import base_model
+
+    kind, directory, step = resolve(path)
+    if kind == "params":
+        target = None
+        if placed is not None:
+            held = saved_tree(paths.as_path(directory) / run_folders.PARAMS) or placed
+            target = {k: v for k, v in placed.items() if k in held}
+        params = load_params(directory, target)
+    elif kind == "train":
+        params = restore_on_one_device(run_folders.state(directory, step))["params"]
+    else:
+        params, _ = import_params("hf", directory, base_model(model))
+    return with_base(params, model, directory, placed)
+
+
+def with_base(params: dict, model, directory, placed=None) -> dict:
+    """`params` with the LoRA model's frozen tower added from the checkpoint its folder's base.json
+    names, when they lack it (a LoRA run's checkpoints and adapter exports hold only what is trained)."""
+    from samtone_jax.models.layout import layout
+
+    towers = layout(model.architecture).tower_keys() if model.lora_rank else ()
+    missing = [k for k in towers if k not in params]
+    if not missing:
+        return params
+    base = base_of(directory, required=True)
+    from samtone_jax.models.lora import base_model
+
+    plain = base_model(model)
+    subset = None if placed is None else {k: placed[k] for k in missing if k in placed}
+    tower = checkpoint_params(base, plain, subset)
+    return dict(params) | {k: tower[k] for k in missing}
+
+
+def base_of(checkpoint: str, required: bool = False) -> str | None:
+    """Where the frozen tower of a LoRA checkpoint is: its folder's base.json; else (a plain
+    checkpoint, which holds its tower) the checkpoint itself, as an absolute path or gs:// URL (a
+    run's: its latest step folder). `required`: a folder without base.json is an error."""
+    root = paths.as_path(checkpoint)
+    if run_folders.kind(root) == "step":
+        root = root.parent.parent
+    reference = root / run_folders.BASE
+    if reference.exists():
+        try:
+            return json.loads(reference.read_text())["path"]
+        except (ValueError, KeyError) as e:
+            raise BadValueError(
+                f"{reference} is damaged ({e}): it should be {{'path': <the frozen tower's checkpoint>}}"
+            ) from e
+    if required:
+        raise MissingFileError(
+            f"{checkpoint} holds a LoRA model's adapters without its frozen tower, and no {run_folders.BASE} naming "
+            "where that tower is"
+        )
+    kind, directory, step = resolve(checkpoint)  # a run: pinned to its step (it may train on)
+    where = paths.as_str(run_folders.checkpoints(directory) / str(step)) if kind == "train" else directory
+    return where if paths.is_remote(where) else os.path.abspath(where)
 
 
 def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
@@ -266,6 +335,7 @@ def load_encoder(
         text = load_model_gin(directory)
         params = load_params(directory)
     model = gin_utils.model_from_gin_text(text)
+    params = with_base(params, model, directory)  # a LoRA model's frozen tower, from its base.json
     settings = gin_utils.read_bindings(text)
     vocabulary = _vocabulary_path(directory, vocabulary, settings, isinstance(model.config, BertConfig))
     vocab_lib.check_fits(vocabulary, model.config, "the vocabulary")

@@ -68,3 +68,22 @@ def ema_matches(ema_decay: float | None, model_dir) -> None:
             f"parameters, and train.ema_decay = {ema_decay} here: resume as it was trained "
             f"({'set train.ema_decay' if saved else 'train.ema_decay = None'}), or start another MODEL_DIR"
         )
+
+
+def lora_base(model, init_checkpoint: str | None, model_dir) -> str | None:
+    """Where a LoRA run's frozen tower is (None without LoRA): a resumed run's base.json, else
+    INIT_CHECKPOINT's tower (its own base.json when it is another LoRA run, else itself, a run
+    pinned to its step), as an absolute path or gs:// URL."""
+    if not model.lora_rank:
+        return None
+    from samtone_jax import inference
+
+    reference = paths.as_path(model_dir) / run_folders.BASE
+    if reference.exists() and run_folders.complete_steps(model_dir):
+        return inference.base_of(model_dir, required=True)
+    if not init_checkpoint:
+        raise BadValueError(
+            f"DualEncoder.lora_rank={model.lora_rank}: LoRA trains adapters over a pretrained tower it keeps frozen; "
+            "name that tower's checkpoint in train.init_checkpoint (an import, a run or an export)"
+        )
+    return inference.base_of(init_checkpoint)

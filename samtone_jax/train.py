@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 
 import flax.linen as nn
@@ -39,8 +40,7 @@ from samtone_jax import (
 )
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.batch_embeddings import embed_batch
-from samtone_jax.checkpoints import load_params
-from samtone_jax.checkpoints.train_checkpoints import ema_params
+from samtone_jax.checkpoints.train_checkpoints import FROZEN, ema_params, full_params
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.data.input_spec import InputSpec
@@ -95,9 +95,9 @@ def make_train_step(
     def step(state, batch):
         rng = jax.random.fold_in(state["rng"], state["step"])
         loss_on_embeddings = make_loss_on_embeddings(model, mesh, batch, loss_fn)
-        # Gradients of the trained keys only (LoRA: not of the frozen towers, so XLA computes no
-        # gradient, optimizer update or all-reduce for them).
-        trained, frozen = split_trained(model, state["params"])
+        # Gradients of the trained parameters only (LoRA: not of the frozen towers, so XLA computes
+        # no gradient, optimizer update or all-reduce for them).
+        trained, frozen = state["params"], state.get(FROZEN, {})
         if grad_cache_chunk_size:
             (loss, metrics), grads = grad_cache.loss_and_grads(
                 model, trained, batch, rng, loss_on_embeddings, grad_cache_chunk_size, num_shards, max_segments, frozen
@@ -110,13 +110,13 @@ def make_train_step(
 
             (loss, metrics), grads = jax.value_and_grad(full, has_aux=True)(trained)
         updates, opt_state = tx.update(grads, state["opt_state"], trained)
-        new_state = dict(state, step=state["step"] + 1, params=optax.apply_updates(trained, updates) | frozen)
+        new_state = dict(state, step=state["step"] + 1, params=optax.apply_updates(trained, updates))
         new_state["opt_state"] = opt_state
         if ema_decay is not None:
             new_state["ema"] = jax.tree_util.tree_map(
                 lambda e, p: ema_decay * e + (1.0 - ema_decay) * p.astype(jnp.float32),
                 state["ema"],
-                split_trained(model, new_state["params"])[0],
+                new_state["params"],
             )
         metrics = dict(metrics, grad_norm=optax.global_norm(grads), learning_rate=schedule(state["step"]))
         return new_state, metrics
@@ -142,9 +142,10 @@ def make_eval_step(model, mesh, loss_fn):
 def initial_state(
     model, tx, mesh, seed: int, init_checkpoint: str | None, rules=partitioning.DEFAULT_RULES, ema: bool = False
 ):
-    """Sharded {step, params, opt_state, rng[, ema]}; params from INIT_CHECKPOINT when given. `rules`:
-    the logical -> mesh axis rules (partitioning.FSDP_RULES shards every parameter). `ema`: the
-    parameters' moving average, starting as a copy of them."""
+    """Sharded {step, params, opt_state, rng[, ema][, frozen]}; params from INIT_CHECKPOINT when given.
+    `rules`: the logical -> mesh axis rules (partitioning.FSDP_RULES shards every parameter). `ema`:
+    the parameters' moving average, starting as a copy of them. Under LoRA, `params` holds what is
+    trained and `frozen` the base towers (never saved: checkpoints hold the rest)."""
     boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(seed)))
     shardings = partitioning.param_shardings(mesh, boxed, rules)
 
@@ -157,13 +158,15 @@ def initial_state(
     else:
         params = fresh()
     replicated = NamedSharding(mesh, P())
-    trained = split_trained(model, params)[0]  # LoRA: no optimizer state (nor moving average) for the base
+    trained, frozen = split_trained(model, params)  # LoRA: no optimizer state (nor average) for the base
     state = {
         "step": jax.device_put(jnp.zeros((), jnp.int32), replicated),
-        "params": params,
+        "params": trained,
         "opt_state": partitioning.init_optimizer_state(tx, trained, mesh),
         "rng": jax.device_put(jax.random.key_data(jax.random.PRNGKey(seed + 1)), replicated),
     }
+    if frozen:
+        state[FROZEN] = frozen
     if ema:  # float32 whatever the parameters' dtype (bfloat16 would round 0.999 · e back to e), params' layout
         state["ema"] = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32, copy=True), trained)
     return state
@@ -175,26 +178,12 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings, fresh):
     A LoRA model takes its frozen tower and projection from a plain model's checkpoint and fresh
     adapters (`fresh()`: the model's initial parameters), or everything from another LoRA run."""
     from samtone_jax import inference
-    from samtone_jax.checkpoints.train_checkpoints import saved_tree
 
-    kind, directory, step = inference.resolve(init_checkpoint)
     adapters = lora_lib.adapter_keys(model)
-    if kind == "params":
-        saved = saved_tree(paths.as_path(directory) / run_folders.PARAMS) or abstract
-        placed = {
-            k: jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), v, shardings[k])
-            for k, v in abstract.items()
-            if k in saved or k not in adapters
-        }
-        params = load_params(init_checkpoint, placed)
-    elif kind == "train":
-        from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
-
-        params = restore_on_one_device(run_folders.state(directory, step))["params"]
-    else:
-        from samtone_jax.checkpoints import import_params
-
-        params, _ = import_params("hf", directory, lora_lib.base_model(model))
+    placed = jax.tree_util.tree_map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+    )
+    params = inference.checkpoint_params(init_checkpoint, model, placed)
     if adapters and not any(k in params for k in adapters):
         params = dict(params) | {k: v for k, v in fresh().items() if k in adapters}
     got = jax.tree_util.tree_map(lambda x: tuple(x.shape), params)
@@ -436,11 +425,14 @@ def fit(
     inputs.check_data(also_splits=(evaluation.split,) if evaluation.split else ())
     start_checks.init_checkpoint_fits(init_checkpoint, model, model_dir)
     start_checks.ema_matches(ema_decay, model_dir)
+    base = start_checks.lora_base(model, init_checkpoint, model_dir)
     evaluate = _evaluator(model, mesh, loss_fn, inputs, evaluation)
     tx, lr_schedule = optimizer.make(train_steps=schedule.train_steps, adapters=bool(model.lora_rank))
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if jax.process_index() == 0:
             _keep_vocabulary(inputs.spec.vocabulary, model_dir)
+            if base is not None:  # where the frozen tower is: the checkpoints hold only what is trained
+                write_atomic(paths.as_path(model_dir) / run_folders.BASE, json.dumps({"path": base}).encode())
         registration.register(inputs.spec)
         max_segments = packing.max_segments if packing else None
         step_fn = jax.jit(
@@ -460,7 +452,8 @@ def fit(
             return state, metrics
 
         def init_state(fresh: bool):
-            init = init_checkpoint if fresh else None
+            # A resumed LoRA run reads its frozen tower again (its checkpoints hold the rest).
+            init = init_checkpoint if fresh else base
             return initial_state(model, tx, mesh, inputs.seed, init, rules, ema=ema_decay is not None)
 
         return loop.run(
@@ -482,7 +475,7 @@ def _evaluator(model, mesh, loss_fn, inputs: TrainInputs, evaluation: Evaluation
         def in_batch(state):  # mean loss metrics over the first batches of the split
             totals = {}
             for batch in eval_batches(inputs, mesh, evaluation.split, evaluation.batches):
-                for k, v in jax.device_get(eval_fn(state["params"], batch)).items():
+                for k, v in jax.device_get(eval_fn(full_params(state), batch)).items():
                     totals[k] = totals.get(k, 0.0) + float(v) / evaluation.batches
                 stop_request.check()  # a preempted host stops here too (every host checks every batch)
             return totals
@@ -501,7 +494,7 @@ def _evaluator(model, mesh, loss_fn, inputs: TrainInputs, evaluation: Evaluation
             spec.query_length,
             spec.doc_length,
         )
-        evaluators.append(lambda state: retrieval_eval(state["params"]))
+        evaluators.append(lambda state: retrieval_eval(full_params(state)))
     if not evaluators:
         return None
 

@@ -173,28 +173,26 @@ def test_a_step_trains_the_adapters_and_projection_only_and_keeps_no_state_for_t
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
     before, after, metrics = _step(model, mesh, ema=True)
     assert np.isfinite(metrics["loss"])
-    for a, b in zip(
-        jax.tree_util.tree_leaves(after["params"]["encoder"]),
-        jax.tree_util.tree_leaves(before["params"]["encoder"]),
-        strict=True,
-    ):
-        np.testing.assert_array_equal(a, b)  # the base tower: bit-identical
+    # The base tower is held apart from what is trained (checkpoints leave it out) and stays bit-identical.
+    assert set(before["params"]) == {"query_adapter", "document_adapter", "projection"}
+    assert set(before["frozen"]) == {"encoder"}
+    for a, b in zip(*(jax.tree_util.tree_leaves(s["frozen"]) for s in (after, before)), strict=True):
+        np.testing.assert_array_equal(a, b)
     for key in ("query_adapter", "document_adapter", "projection"):
         moved = [
             np.abs(a - b).max()
             for a, b in zip(*(jax.tree_util.tree_leaves(s["params"][key]) for s in (after, before)), strict=True)
         ]
         assert max(moved) > 1e-4, key
-    # The optimizer state and the moving average cover the trained keys only.
-    trained = {k: v for k, v in before["params"].items() if k != "encoder"}
-    base_shapes = {tuple(x.shape) for x in jax.tree_util.tree_leaves(before["params"]["encoder"]) if x.ndim == 2}
+    # The optimizer state and the moving average cover the trained parameters only.
     tx, _ = optimizer.adafactor(learning_rate=1e-2, train_steps=10)
-    full = sum(x.size for x in jax.tree_util.tree_leaves(jax.eval_shape(tx.init, before["params"])))
+    everything = before["params"] | before["frozen"]
+    full = sum(x.size for x in jax.tree_util.tree_leaves(jax.eval_shape(tx.init, everything)))
     assert sum(x.size for x in jax.tree_util.tree_leaves(before["opt_state"])) < full / 2
-    assert not base_shapes & {tuple(x.shape) for x in jax.tree_util.tree_leaves(before["opt_state"])} - {
-        tuple(x.shape) for x in jax.tree_util.tree_leaves(trained)
-    }
-    assert set(after["ema"]) == set(trained)
+    base_shapes = {tuple(x.shape) for x in jax.tree_util.tree_leaves(before["frozen"]) if x.ndim == 2}
+    trained_shapes = {tuple(x.shape) for x in jax.tree_util.tree_leaves(before["params"])}
+    assert not base_shapes & ({tuple(x.shape) for x in jax.tree_util.tree_leaves(before["opt_state"])} - trained_shapes)
+    assert set(after["ema"]) == set(before["params"])
 
 
 @pytest.mark.slow
@@ -219,38 +217,72 @@ def test_with_adapters_fsdp_and_grad_cache_equal_the_plain_step_and_eight_device
 
 
 @pytest.mark.slow
-def test_a_lora_run_from_an_import_keeps_its_base_then_loads_exports_merged_and_reloads_equal(
-    wordnet_env, tiny_bert_import, tmp_path
+def test_a_lora_run_saves_no_base_resumes_exactly_loads_exports_merged_and_reloads_equal(
+    wordnet_env, tiny_bert_import, tmp_path, capsys
 ):
-    """import (a tiny BERT) -> samtone train of an ade_lora (packed, fresh adapters over the import)
-    -> the checkpoint's base is the import's -> samtone_jax.load of the run -> sentence-transformers
-    export, merged into two towers -> loads back equal, both sides."""
+    """import (a tiny BERT) -> samtone train of an ade_lora (packed, fresh adapters over the import):
+    its checkpoints hold no base tower, base.json names the import; a resume from step 2 (the base
+    read again from base.json) ends bit-identical to 3 steps straight -> samtone_jax.load of the run;
+    the adapter export and the soup of the two runs load like it -> sentence-transformers export,
+    merged into two towers -> loads back equal, both sides."""
+    import json
+    import shutil
+
     import samtone_jax
     from samtone_jax import cli
-    from samtone_jax.checkpoints import load_params
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
 
-    run, out = tmp_path / "run", tmp_path / "export"
-    extra = [
-        "--gin.DualEncoder.architecture='ade_lora'",
-        "--gin.DualEncoder.lora_rank=4",
-        "--gin.adafactor.learning_rate=0.05",
-    ]
-    assert cli.main(tiny_bert_train_argv(run, tiny_bert_import, steps=3, extra=extra)) == 0
-    saved = restore_on_one_device(run / "checkpoints" / "3" / "state")
-    imported = load_params(str(tiny_bert_import[1]))
-    for a, b in zip(
-        jax.tree_util.tree_leaves(saved["params"]["encoder"]),
-        jax.tree_util.tree_leaves(imported["encoder"]),
-        strict=True,
-    ):
+    straight, resumed, out = tmp_path / "straight", tmp_path / "resumed", tmp_path / "export"
+    extra = ["--gin.DualEncoder.architecture='ade_lora'", "--gin.DualEncoder.lora_rank=4"]
+    extra += ["--gin.adafactor.learning_rate=0.05"]
+    assert cli.main(tiny_bert_train_argv(straight, tiny_bert_import, steps=3, extra=extra)) == 0
+    every = [*extra, "--gin.train.checkpoint_every=1"]
+    assert cli.main(tiny_bert_train_argv(resumed, tiny_bert_import, steps=3, extra=every)) == 0
+    shutil.rmtree(resumed / "checkpoints" / "3")  # as if preempted after step 2's checkpoint
+    capsys.readouterr()
+    assert cli.main(tiny_bert_train_argv(resumed, tiny_bert_import, steps=3, extra=every)) == 0
+    log = capsys.readouterr().out
+    assert "step 3/3" in log and "step 1/3" not in log  # it resumed
+    saved = restore_on_one_device(straight / "checkpoints" / "3" / "state")
+    assert set(saved["params"]) == {"query_adapter", "document_adapter", "projection"}  # no frozen tower
+    assert json.loads((straight / "base.json").read_text()) == {"path": str(tiny_bert_import[1])}
+    again = restore_on_one_device(resumed / "checkpoints" / "3" / "state")
+    for a, b in zip(jax.tree_util.tree_leaves(again), jax.tree_util.tree_leaves(saved), strict=True):
         np.testing.assert_array_equal(a, b)
+
     texts = ["a small dog", "the act of running", "an organ of the body"]
-    ours = samtone_jax.load(str(run))
+    ours = samtone_jax.load(str(straight))
     q, d = ours.encode_queries(texts), ours.encode_documents(texts)
     assert np.abs(q - d).max() > 1e-4  # the two adapters moved apart
-    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={out}"]) == 0
+    # The adapters alone, and a soup of the two identical runs: the trained part and base.json, loading
+    # like the run.
+    adapter, soup = tmp_path / "adapter", tmp_path / "soup"
+    assert cli.main(["export", f"--checkpoint={straight}", "--format=adapter", f"--out={adapter}"]) == 0
+    assert cli.main(["average", "--checkpoints", str(straight), str(resumed), f"--out={soup}"]) == 0
+    for folder in (adapter, soup):
+        assert (folder / "base.json").read_text() == (straight / "base.json").read_text()
+        assert set(restore_on_one_device(folder / "params")) == set(saved["params"])
+        loaded = samtone_jax.load(str(folder))
+        np.testing.assert_allclose(loaded.encode_queries(texts), q, atol=1e-6)
+        np.testing.assert_allclose(loaded.encode_documents(texts), d, atol=1e-6)
+    assert cli.main(["export", f"--checkpoint={straight}", "--format=sentence-transformers", f"--out={out}"]) == 0
     back = samtone_jax.load(str(out))
     assert back.architecture == "ade_spl"
     np.testing.assert_allclose(back.encode_queries(texts), q, atol=1e-5)
     np.testing.assert_allclose(back.encode_documents(texts), d, atol=1e-5)
+
+
+def test_a_lora_run_needs_its_base_named_and_a_checkpoint_without_one_is_refused(tmp_path):
+    from samtone_jax import inference, start_checks
+    from samtone_jax.errors import MissingFileError
+
+    model = DualEncoder(TOWERS["bert"], lora_rank=2)
+    with pytest.raises(BadValueError, match="name that tower's checkpoint in train.init_checkpoint"):
+        start_checks.lora_base(model, None, tmp_path / "run")
+    assert start_checks.lora_base(DualEncoder(TOWERS["bert"]), None, tmp_path / "run") is None
+    trained = {"adapter": {}, "projection": {}}
+    with pytest.raises(MissingFileError, match="no base.json naming where that tower is"):
+        inference.with_base(trained, model, tmp_path)
+    (tmp_path / "base.json").write_text("{not json")
+    with pytest.raises(BadValueError, match="base.json is damaged"):
+        inference.with_base(trained, model, tmp_path)

@@ -158,6 +158,12 @@ class TrainCheckpointer:
         )
 
     def restore_latest(self, state, on_corrupt: str = "fail"):
+        """See _restore_latest; the state's FROZEN part (never saved) is kept as given."""
+        frozen = {FROZEN: state[FROZEN]} if FROZEN in state else {}
+        restored, step = self._restore_latest(saved(state), on_corrupt)
+        return dict(restored) | frozen, step
+
+    def _restore_latest(self, state, on_corrupt: str):
         """(restored state, its step) onto `state`'s shardings, or (state, 0) without a checkpoint.
 
         An unreadable latest checkpoint (a truncated array file, a missing metadata file) is one
@@ -206,7 +212,7 @@ class TrainCheckpointer:
 
     def _args(self, step, state):
         return ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave({"step": step, "data_position": step})
+            state=ocp.args.StandardSave(saved(state)), meta=ocp.args.JsonSave({"step": step, "data_position": step})
         )
 
     def maybe_save(self, step: int, state) -> None:
@@ -276,14 +282,26 @@ def first_shape_difference(a, b) -> tuple[str, tuple | None, tuple | None] | Non
     return None
 
 
+# A train state's parameters that it does not train (LoRA's base tower): held beside `params` for
+# the step, never saved (the run's base.json names the checkpoint they come from).
+FROZEN = "frozen"
+
+
+def saved(state) -> dict:
+    """What of a train state its checkpoints hold: all but the FROZEN parameters."""
+    return {k: v for k, v in state.items() if k != FROZEN}
+
+
+def full_params(state) -> dict:
+    """Every parameter of a train state: the trained ones and the frozen ones."""
+    return dict(state["params"]) | dict(state.get(FROZEN, {}))
+
+
 def ema_params(state):
-    """A train state's moving average of its parameters (kept in float32) in the parameters' dtypes;
-    keys the average does not hold (LoRA's frozen towers) are the parameters'."""
-    params = state["params"]
-    averaged = {
-        k: jax.tree_util.tree_map(lambda e, p: e.astype(p.dtype), v, params[k]) for k, v in state["ema"].items()
-    }
-    return dict(params) | averaged
+    """A train state's parameters with the trained ones replaced by their moving average (kept in
+    float32), in the parameters' dtypes; the frozen ones as they are."""
+    averaged = jax.tree_util.tree_map(lambda e, p: e.astype(p.dtype), state["ema"], state["params"])
+    return dict(averaged) | dict(state.get(FROZEN, {}))
 
 
 def restore_on_one_device(path, item: str | None = None):

@@ -74,6 +74,10 @@ def _check_same_model(found: list[Ingredient]) -> None:
     restored); settings that leave them alone (dropout, remat, scan, dtype) may differ."""
     from samtone_jax.checkpoints.train_checkpoints import first_shape_difference
 
+    bases = {i.label: _base(i) for i in found}  # LoRA: the frozen tower every ingredient adapts
+    if len(set(bases.values())) > 1:
+        named = "; ".join(f"{label}: {base or 'its own'}" for label, base in bases.items())
+        raise BadValueError(f"the checkpoints adapt different frozen towers ({named}): average adapters of one base")
     first = _abstract(found[0])
     for other in found[1:]:
         differ = first_shape_difference(first, _abstract(other))
@@ -83,6 +87,12 @@ def _check_same_model(found: list[Ingredient]) -> None:
                 f"{other.label} is another architecture than {found[0].label} (its {name} is {theirs}, "
                 f"{ours} there): only checkpoints of one model can be averaged"
             )
+
+
+def _base(ingredient: Ingredient) -> str | None:
+    """The frozen tower a LoRA ingredient's base.json names (None: it holds all its parameters)."""
+    reference = paths.as_path(ingredient.source) / run_folders.BASE
+    return reference.read_text() if reference.exists() else None
 
 
 def _abstract(ingredient: Ingredient):
@@ -195,7 +205,7 @@ def write(out: str, params, found: list[Ingredient], info: dict, overwrite: bool
     config = root / run_folders.CONFIG_GIN
     text = config.read_text() if first.in_state else load_model_gin(first.source)
     extra = {}
-    for name in (run_folders.VOCABULARY, run_folders.TOKENIZER):
+    for name in (run_folders.VOCABULARY, run_folders.TOKENIZER, run_folders.BASE):  # + a LoRA soup's base
         if (root / name).exists():
             extra[name] = (root / name).read_bytes()
     return save_params(out, params, text, info, overwrite=overwrite, extra_files=extra)
