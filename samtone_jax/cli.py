@@ -290,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data_dir", default=None, help="data root (default: $SAMTONE_DATA_DIR)")
     p.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")
     _add_gin_flags(p)
+    _add_distributed_flags(p)
     p.set_defaults(run=commands.with_gin(commands.cmd_average))
 
     p = sub.add_parser("encode", help="embed a task's queries / corpus into resumable shards")

@@ -226,7 +226,10 @@ def cmd_calibrate(args, bindings) -> int:
 
 
 def cmd_average(args, bindings) -> int:
-    from samtone_jax import paths
+    _init_distributed(args)
+    import jax
+
+    from samtone_jax import partitioning, paths
     from samtone_jax.evaluation import soup
 
     _required(args, "out")
@@ -239,13 +242,17 @@ def cmd_average(args, bindings) -> int:
     found = soup.ingredients(args.checkpoints, args.last)
     info = {"averaged": [i.label for i in found], "method": "greedy" if args.task else "uniform"}
     if args.task:
+        if jax.process_count() > 1:
+            raise BadValueError("a greedy soup (--task) runs on one host: drop the distributed flags, or --task")
         split, collection = load_task(args)
         score, measure = soup.validation_score(found[0].label, args.task, collection, args)
         params, kept, scores = soup.greedy(found, score)
         info |= {"kept": kept, "validation": f"{args.task}/{split}", "measure": measure, "scores": scores}
         print("\n".join(f"  {label}: {measure} {value:.4f}" for label, value in scores.items()))
     else:
-        params = soup.uniform(found)
+        # Several devices (a pod's hosts): each ingredient restored sharded, every process its shards.
+        mesh = partitioning.create_mesh() if jax.device_count() > 1 else None
+        params = soup.uniform(found, mesh)
         kept = info["averaged"]
     out = soup.write(args.out, params, found, info, overwrite=args.overwrite)
     print(f"{info['method']} soup of {len(kept)} of {len(found)} checkpoints -> {out}")

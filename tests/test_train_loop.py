@@ -207,6 +207,16 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
         for d in (single, multi)
     ]
     assert results[0] == pytest.approx(results[1], abs=1e-6)
+    # A soup on 2 processes × 2 devices, into the bucket: each process restores and sums only its
+    # shards of each ingredient and writes them; the soup is the mean of the two (numpy, here).
+    soup = f"{gcs.bucket()}/soup"
+    steps = [f"{single}/checkpoints/3", f"{multi}/checkpoints/5"]
+    _local(2, 2, ["average", "--checkpoints", *steps, f"--out={soup}"], env, tmp_path / "logs_soup")
+    from samtone_jax.checkpoints import load_params
+
+    mean = [(x + y) / 2 for x, y in zip(jax_leaves(_params(single, 3)), jax_leaves(_params(multi, 5)), strict=True)]
+    for x, y in zip(jax_leaves(load_params(soup)), mean, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.slow

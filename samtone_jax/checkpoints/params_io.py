@@ -21,7 +21,7 @@ import orbax.checkpoint as ocp
 
 from samtone_jax import paths
 from samtone_jax.atomic_file import atomic_directory, require_complete
-from samtone_jax.errors import MissingFileError
+from samtone_jax.errors import ExistingFileError, MissingFileError
 from samtone_jax.run_folders import INFO_JSON, MODEL_GIN, PARAMS
 
 
@@ -48,6 +48,48 @@ def save_params(
     return str(directory)
 
 
+def save_sharded_params(
+    directory: str,
+    params,
+    model_gin: str,
+    info: dict | None = None,
+    overwrite: bool = False,
+    extra_files: dict[str, bytes] | None = None,
+) -> str:
+    """save_params for parameters sharded over the devices of one or several processes (a pod): every
+    process writes its own shards with orbax straight into `directory` (gs://, or a disk the
+    processes share), then process 0 writes the small files and the commit marker last. An
+    interrupted write leaves no marker, which every reader requires; an overwrite removes the old
+    marker first."""
+    import datetime
+
+    from jax.experimental import multihost_utils
+
+    from samtone_jax.atomic_file import MARKER, write_atomic
+
+    target = paths.as_path(directory)
+    if jax.process_index() == 0 and target.exists():
+        if not overwrite:
+            raise ExistingFileError(
+                f"{target} already exists; choose another destination or remove it first (--overwrite)"
+            )
+        (target / MARKER).unlink(missing_ok=True)
+        target.rmtree()
+    multihost_utils.sync_global_devices("save_sharded_params: target cleared")
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(target / PARAMS, params)
+    checkpointer.wait_until_finished()
+    multihost_utils.sync_global_devices("save_sharded_params: shards written")
+    if jax.process_index() == 0:
+        write_atomic(target / MODEL_GIN, model_gin)
+        write_atomic(target / INFO_JSON, json.dumps(info or {}, indent=2, sort_keys=True))
+        for name, data in (extra_files or {}).items():
+            write_atomic(target / name, data)
+        write_atomic(target / MARKER, f"complete {datetime.datetime.now(datetime.UTC).isoformat()}\n")
+    multihost_utils.sync_global_devices("save_sharded_params: committed")
+    return str(directory)
+
+
 def load_params(directory: str, abstract_params=None):
     """Restore the parameter tree saved by `save_params` (numpy arrays unless `abstract_params`
     carries shardings, as `jax.ShapeDtypeStruct`s, to restore onto devices directly)."""
@@ -58,7 +100,14 @@ def load_params(directory: str, abstract_params=None):
             "`samtone import-checkpoint` or a saved run's params)"
         )
     require_complete(directory, "parameter checkpoint")
-    return ocp.StandardCheckpointer().restore(path, abstract_params)
+    if abstract_params is not None:
+        return ocp.StandardCheckpointer().restore(path, abstract_params)
+    # numpy whatever layout wrote it (a sharded soup's arrays would otherwise come back in its sharding)
+    metadata = ocp.StandardCheckpointer().metadata(path)
+    tree = getattr(metadata, "item_metadata", metadata)
+    tree = getattr(tree, "tree", tree)
+    restore_args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    return ocp.PyTreeCheckpointer().restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
 
 
 def load_model_gin(directory) -> str:

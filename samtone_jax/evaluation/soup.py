@@ -107,22 +107,43 @@ def _abstract(ingredient: Ingredient):
     return tree["params"] if ingredient.in_state else tree
 
 
-def restore_params(ingredient: Ingredient):
-    """The ingredient's parameters (numpy float32), nothing else read."""
+def restore_params(ingredient: Ingredient, shardings=None):
+    """The ingredient's parameters in float32, nothing else read: numpy on this host, or with
+    `shardings` (a tree of NamedShardings, `sharded`) each process reading only its own shards,
+    onto its devices."""
     import orbax.checkpoint as ocp
 
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     shapes = _abstract(ingredient)
-    target = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), shapes)
+    if shardings is None:
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        shardings = jax.tree_util.tree_map(lambda _: device, shapes)
+        on_host = True
+    else:
+        on_host = False
+    target = jax.tree_util.tree_map(lambda m, s: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=s), shapes, shardings)
     if ingredient.in_state:
         target = {"params": target}
-    restore_args = jax.tree_util.tree_map(lambda _: ocp.ArrayRestoreArgs(sharding=device), target)
+    restore_args = jax.tree_util.tree_map(lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), target)
     restored = ocp.PyTreeCheckpointer().restore(
         paths.as_path(ingredient.params_path),
         args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True),
     )
     params = restored["params"] if ingredient.in_state else restored
-    return jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), params)
+    if on_host:
+        return jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), params)
+    return jax.tree_util.tree_map(lambda x: x.astype(np.float32), params)
+
+
+def sharded(found: list[Ingredient], mesh):
+    """Shardings of the ingredients' parameters over `mesh`, every parameter's embed dimension split
+    over the devices (FSDP's layout): on a pod each host holds 1 / hosts of each tree."""
+    from samtone_jax import gin_utils, partitioning
+    from samtone_jax.models import init_params
+
+    model = gin_utils.model_from_gin_text(_config_text(found[0]))
+    boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
+    every = partitioning.param_shardings(mesh, boxed, partitioning.FSDP_RULES)
+    return {k: every[k] for k in _abstract(found[0])}  # a LoRA run's: what it trains
 
 
 class RunningSum:
@@ -133,10 +154,13 @@ class RunningSum:
         self.total, self.count = None, 0
 
     def add(self, params) -> None:
+        on_host = isinstance(jax.tree_util.tree_leaves(params)[0], np.ndarray)
         if self.total is None:
-            self.total = jax.tree_util.tree_map(np.array, params)
-        else:
+            self.total = jax.tree_util.tree_map(np.array, params) if on_host else params
+        elif on_host:
             jax.tree_util.tree_map(lambda t, p: np.add(t, p, out=t), self.total, params)
+        else:  # sharded on devices: summed where each shard lives
+            self.total = _add(self.total, params)
         self.count += 1
 
     def mean(self, plus=None):
@@ -147,11 +171,18 @@ class RunningSum:
         return jax.tree_util.tree_map(lambda t, p: (t + p) / n, self.total, plus)
 
 
-def uniform(found: list[Ingredient]):
-    """The uniform average of every ingredient's parameters, one restored at a time."""
+@jax.jit
+def _add(total, params):
+    return jax.tree_util.tree_map(lambda t, p: t + p, total, params)
+
+
+def uniform(found: list[Ingredient], mesh=None):
+    """The uniform average of every ingredient's parameters, one restored at a time: on this host, or
+    with `mesh` sharded over its devices (every process its shards)."""
+    shardings = None if mesh is None else sharded(found, mesh)
     running = RunningSum()
     for ingredient in found:
-        running.add(restore_params(ingredient))
+        running.add(restore_params(ingredient, shardings))
     return running.mean()
 
 
@@ -194,18 +225,29 @@ def validation_score(first: str, task: str, collection, args):
     return score, str(measure)
 
 
+def _config_text(ingredient: Ingredient) -> str:
+    """The ingredient's gin config: its run's config.gin, or its parameter checkpoint's model.gin."""
+    from samtone_jax.checkpoints.params_io import load_model_gin
+
+    if ingredient.in_state:
+        return (paths.as_path(ingredient.source) / run_folders.CONFIG_GIN).read_text()
+    return load_model_gin(ingredient.source)
+
+
 def write(out: str, params, found: list[Ingredient], info: dict, overwrite: bool = False) -> str:
     """The soup as a parameter checkpoint: the first ingredient's config (lengths, prompts, model) and
-    vocabulary, `info` (what was averaged, how) in info.json."""
+    vocabulary, `info` (what was averaged, how) in info.json. Parameters sharded over devices are
+    written by every process, its shards (params_io.save_sharded_params)."""
     from samtone_jax.checkpoints import save_params
-    from samtone_jax.checkpoints.params_io import load_model_gin
+    from samtone_jax.checkpoints.params_io import save_sharded_params
 
     first = found[0]
     root = paths.as_path(first.source)
-    config = root / run_folders.CONFIG_GIN
-    text = config.read_text() if first.in_state else load_model_gin(first.source)
+    text = _config_text(first)
     extra = {}
     for name in (run_folders.VOCABULARY, run_folders.TOKENIZER, run_folders.BASE):  # + a LoRA soup's base
         if (root / name).exists():
             extra[name] = (root / name).read_bytes()
-    return save_params(out, params, text, info, overwrite=overwrite, extra_files=extra)
+    on_host = isinstance(jax.tree_util.tree_leaves(params)[0], np.ndarray)
+    save = save_params if on_host else save_sharded_params
+    return save(out, params, text, info, overwrite=overwrite, extra_files=extra)
