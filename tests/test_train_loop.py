@@ -220,16 +220,17 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
 
 
 @pytest.mark.slow
-def test_a_packed_bert_run_on_two_processes_equals_one_process_of_two_devices(
+def test_a_packed_lora_bert_run_on_two_processes_equals_one_process_of_two_devices(
     wordnet_env, tiny_bert_import, tmp_path, capsys
 ):
-    """A BERT tower from an import (dropout 0.1), packed rows: each process packs its own pairs, the
-    hosts agree on the row counts (the floor from the first batches included), and the parameters are
-    those of one process holding both devices."""
+    """A BERT tower from an import (dropout 0.1), packed rows, with LoRA adapters (ade_lora: the frozen
+    tower read from the import by every process, the checkpoints without it): each process packs its
+    own pairs, the hosts agree on the row counts (the floor from the first batches included), and the
+    trained parameters are those of one process holding both devices."""
     from conftest import tiny_bert_train_argv
 
     single, multi = tmp_path / "single", tmp_path / "multi"
-    shards = ["--gin.train.data_shards=2"]
+    shards = ["--gin.train.data_shards=2", "--gin.DualEncoder.architecture='ade_lora'", "--gin.DualEncoder.lora_rank=4"]
 
     def argv(model_dir):
         return tiny_bert_train_argv(model_dir, tiny_bert_import, steps=3, extra=shards, devices=None)
@@ -237,6 +238,8 @@ def test_a_packed_bert_run_on_two_processes_equals_one_process_of_two_devices(
     _in_process(argv(single), capsys, devices=2)
     text = _local(2, 1, argv(multi), _env(wordnet_env[0]), tmp_path / "logs")
     assert sorted(_losses(text)) == [1, 2, 3]
+    assert set(_params(multi, 3)) == {"query_adapter", "document_adapter", "projection"}
+    assert (multi / "base.json").read_text() == (single / "base.json").read_text()
     for x, y in zip(jax_leaves(_params(single, 3)), jax_leaves(_params(multi, 3)), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
 
