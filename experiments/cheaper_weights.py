@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -39,6 +40,12 @@ ARMS = {  # arm -> (extra train flags, uses the LoRA learning rate)
     "ema": (["--gin.train.ema_decay=0.99"], False),
 }
 MEASURES = ("P@1", "RR")
+
+
+def ema_record(model_dir: str) -> str | None:
+    folder = f"{model_dir}/eval"
+    found = sorted(f for f in os.listdir(folder) if re.search(r"_ema(_q\d+)?(_c\d+)?\.json$", f))
+    return f"{folder}/{found[-1]}" if found else None
 
 
 def trained_parameters(model_dir: str, steps: int) -> int:
@@ -82,12 +89,11 @@ def main():
                 budget = argparse_copy(args, learning_rate=args.lora_learning_rate) if lora else args
                 train_ours(out, name, init, budget, seed, LOSS, extra)
                 evaluate(model_dir, name)
-            if arm == "ema":
-                record = existing_eval(model_dir).replace(".json", "_ema.json")
-                if not os.path.exists(record):
+            if arm == "ema":  # the moving average's record beside the raw weights' (..._ema[_q<N>_c<M>].json)
+                if ema_record(model_dir) is None:
                     evaluate(model_dir, name, "ema")
                 evals["minilm", "ema_raw", seed] = existing_eval(model_dir)
-                evals["minilm", "ema", seed] = record
+                evals["minilm", "ema", seed] = ema_record(model_dir)
             else:
                 evals["minilm", arm, seed] = existing_eval(model_dir)
             sizes[arm] = trained_parameters(model_dir, args.steps)

@@ -130,7 +130,9 @@ def existing_eval(model_dir):
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     # not eval --dims / --precisions records: a truncation or a compressed index
     found = [
-        f for f in names if f.endswith(".json") and not re.search(r"_(dim\d+|int8|binary|rescore\d+|ema)\.json$", f)
+        f
+        for f in names
+        if f.endswith(".json") and not re.search(r"_(dim\d+|int8|binary|rescore\d+|ema)(_q\d+)?(_c\d+)?\.json$", f)
     ]
     return os.path.join(folder, found[-1]) if found else None
 
