@@ -1,5 +1,5 @@
 """Issue 34's experiment: cheaper and better weights on the pretrained all-MiniLM-L6-v2, fine-tuned on
-WordNet with SamToNe (query side), the budget of pretrained_peer.py (batch 64, 300 steps, AdamW with
+WordNet with SamToNe (query side), the budget of pretrained_peer.py (batch 64, 200 steps, AdamW with
 transformers' settings, τ 0.05, 3 seeds, the same batches per seed).
 
   full        every parameter trained, lr 5e-5 (pretrained_peer.py's samtone_query arm; --full_from
@@ -61,7 +61,7 @@ def trained_parameters(model_dir: str, steps: int) -> int:
 
 def main():
     parser = experiment_parser(__doc__, "runs/cheaper_weights")
-    parser.set_defaults(steps=300, learning_rate=5e-5)
+    parser.set_defaults(steps=200, learning_rate=5e-5)
     parser.add_argument("--lora_learning_rate", type=float, default=5e-4)
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--full_from", default=None, help="a pretrained_peer.py folder with samtone_query runs")
