@@ -2,8 +2,8 @@
 # Start a samtone mode on the pod, in the background, its output appended to ~/samtone_logs/MODE.log:
 #   launch/tpu/run.sh --name=samtone --zone=us-central2-b [--worker=all|0] [--dry-run] MODE -- [samtone flags...]
 #   launch/tpu/run.sh --name=samtone --zone=us-central2-b eval -- --gin.evaluate.model_dir="'gs://BUCKET/runs/squad'"
-# train, train-adore, eval and encode run on every worker with --multihost (one process per host, the
-# same command everywhere); every other mode (export, mine, score, import-checkpoint, ...) runs on
+# train, train-adore, eval, encode and average (a uniform soup, each host its shards) run on every
+# worker with --multihost (one process per host, the same command everywhere); every other mode (export, mine, score, import-checkpoint, ...) runs on
 # worker 0 alone. Follow it with launch/tpu/logs.sh --log=MODE. Rerunning a train command resumes it.
 source "$(dirname "$0")/common.sh"
 MODE="" WORKER="" ARGS=()
@@ -18,7 +18,7 @@ if [[ ! "$MODE" =~ ^[a-z][a-z-]*$ ]]; then
   exit 2
 fi
 case "$MODE" in
-  train|train-adore|eval|encode) DEFAULT_WORKER=all; ARGS=(--multihost "${ARGS[@]}") ;;
+  train|train-adore|eval|encode|average) DEFAULT_WORKER=all; ARGS=(--multihost "${ARGS[@]}") ;;
   *) DEFAULT_WORKER=0 ;;
 esac
 WORKER="${WORKER:-$DEFAULT_WORKER}"
