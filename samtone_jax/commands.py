@@ -243,15 +243,18 @@ def cmd_average(args, bindings) -> int:
     info = {"averaged": [i.label for i in found], "method": "greedy" if args.task else "uniform"}
     if args.task:
         if jax.process_count() > 1:
-            raise BadValueError("a greedy soup (--task) runs on one host: drop the distributed flags, or --task")
+            raise BadValueError(
+                "a greedy soup (--task) runs on one host: run it without the distributed flags (on a pod: "
+                "launch/tpu/run.sh ... --worker=0 average -- ...), or drop --task for a uniform soup"
+            )
         split, collection = load_task(args)
         score, measure = soup.validation_score(found[0].label, args.task, collection, args)
         params, kept, scores = soup.greedy(found, score)
         info |= {"kept": kept, "validation": f"{args.task}/{split}", "measure": measure, "scores": scores}
         print("\n".join(f"  {label}: {measure} {value:.4f}" for label, value in scores.items()))
     else:
-        # Several devices (a pod's hosts): each ingredient restored sharded, every process its shards.
-        mesh = partitioning.create_mesh() if jax.device_count() > 1 else None
+        # A pod's hosts: each ingredient restored sharded, every process its shards (one host: NumPy).
+        mesh = partitioning.create_mesh() if jax.process_count() > 1 else None
         params = soup.uniform(found, mesh)
         kept = info["averaged"]
     out = soup.write(args.out, params, found, info, overwrite=args.overwrite)

@@ -160,8 +160,11 @@ def checkpoint_params(path: str, model, placed=None) -> dict:
     LoRA model's frozen tower from the checkpoint's base.json when it holds only the trained part.
     `placed` ({key: ShapeDtypeStructs with shardings}): a parameter checkpoint's keys restored
     straight onto devices (those it holds)."""
+    import jax
+
     from samtone_jax.checkpoints import import_params, load_params
-    from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device, saved_tree
+    from samtone_jax.checkpoints.params_io import restore_part
+    from samtone_jax.checkpoints.train_checkpoints import saved_tree
     from samtone_jax.models.lora import base_model
 
     kind, directory, step = resolve(path)
@@ -171,8 +174,19 @@ def checkpoint_params(path: str, model, placed=None) -> dict:
             held = saved_tree(paths.as_path(directory) / run_folders.PARAMS) or placed
             target = {k: v for k, v in placed.items() if k in held}
         params = load_params(directory, target)
-    elif kind == "train":
-        params = restore_on_one_device(run_folders.state(directory, step))["params"]
+    elif kind == "train":  # its params only (not the optimizer state), onto `placed` or this host's device
+        state = run_folders.state(directory, step)
+        saved = saved_tree(state)
+        if saved is None:
+            raise MissingFileError(f"{state}: its metadata cannot be read (an incomplete or damaged checkpoint)")
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        target = {
+            k: placed[k]
+            if placed is not None and k in placed
+            else jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), v)
+            for k, v in saved["params"].items()
+        }
+        params = restore_part(state, {"params": target})["params"]
     else:
         params, _ = import_params("hf", directory, base_model(model))
     return with_base(params, model, directory, placed)
@@ -181,14 +195,12 @@ def checkpoint_params(path: str, model, placed=None) -> dict:
 def with_base(params: dict, model, directory, placed=None) -> dict:
     """`params` with the LoRA model's frozen tower added from the checkpoint its folder's base.json
     names, when they lack it (a LoRA run's checkpoints and adapter exports hold only what is trained)."""
-    from samtone_jax.models.layout import layout
+    from samtone_jax.models.lora import base_model, frozen_keys
 
-    towers = layout(model.architecture).tower_keys() if model.lora_rank else ()
-    missing = [k for k in towers if k not in params]
+    missing = [k for k in frozen_keys(model) if k not in params]
     if not missing:
         return params
     base = base_of(directory, required=True)
-    from samtone_jax.models.lora import base_model
 
     plain = base_model(model)
     subset = None if placed is None else {k: placed[k] for k in missing if k in placed}

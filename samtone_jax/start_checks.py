@@ -5,12 +5,16 @@ the gin setting and what to do."""
 
 from __future__ import annotations
 
+import logging
+
 import flax.linen as nn
 import jax
 
 from samtone_jax import paths, run_folders
 from samtone_jax.errors import BadValueError
 from samtone_jax.models import init_params, lora
+
+log = logging.getLogger(__name__)
 
 
 def init_checkpoint_fits(init_checkpoint: str | None, model, model_dir) -> None:
@@ -36,6 +40,8 @@ def init_checkpoint_fits(init_checkpoint: str | None, model, model_dir) -> None:
     adapters = lora.adapter_keys(model)
     if adapters and not any(k in tree for k in adapters):  # a plain model's: the LoRA model's frozen part
         abstract = {k: v for k, v in abstract.items() if k not in adapters}
+    elif adapters:  # another LoRA model's trained part (its tower: its base.json's, checked when read)
+        abstract = {k: v for k, v in abstract.items() if k in tree or k not in lora.frozen_keys(model)}
     differ = first_shape_difference(abstract, tree)
     if differ is not None:
         name, ours, theirs = differ
@@ -86,4 +92,12 @@ def lora_base(model, init_checkpoint: str | None, model_dir) -> str | None:
             f"DualEncoder.lora_rank={model.lora_rank}: LoRA trains adapters over a pretrained tower it keeps frozen; "
             "name that tower's checkpoint in train.init_checkpoint (an import, a run or an export)"
         )
-    return inference.base_of(init_checkpoint)
+    base = inference.base_of(init_checkpoint)
+    if run_folders.kind(base) == "step":
+        log.warning(
+            "the frozen tower of this LoRA run is step %s of the run %s (base.json): keep that step (that run's "
+            "train.keep_checkpoints may delete it), or `samtone average`/import it into a parameter checkpoint first",
+            paths.as_path(base).name,
+            paths.as_path(base).parent.parent,
+        )
+    return base

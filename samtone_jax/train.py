@@ -149,8 +149,14 @@ def initial_state(
     boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(seed)))
     shardings = partitioning.param_shardings(mesh, boxed, rules)
 
-    def fresh():
-        return jax.jit(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(seed))), out_shardings=shardings)()
+    def fresh(keys=None):
+        """The initial parameters (only `keys`' when given: XLA then drops the rest's initialisation)."""
+        keys = tuple(shardings) if keys is None else tuple(keys)
+
+        def init():
+            return {k: v for k, v in nn.unbox(init_params(model, jax.random.PRNGKey(seed))).items() if k in keys}
+
+        return jax.jit(init, out_shardings={k: shardings[k] for k in keys})()
 
     if init_checkpoint:
         params = _initial_params(model, init_checkpoint, nn.unbox(boxed), shardings, fresh)
@@ -176,7 +182,8 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings, fresh):
     """INIT_CHECKPOINT's parameters on the mesh: a parameter checkpoint (import-checkpoint), another
     run's MODEL_DIR or MODEL_DIR/checkpoints/<step> (e.g. STAR from an in-batch run), or an export.
     A LoRA model takes its frozen tower and projection from a plain model's checkpoint and fresh
-    adapters (`fresh()`: the model's initial parameters), or everything from another LoRA run."""
+    adapters (`fresh(keys)`: those of the model's initial parameters), or its trained part from another
+    LoRA run, soup or adapter export (and the tower from that one's base.json)."""
     from samtone_jax import inference
 
     adapters = lora_lib.adapter_keys(model)
@@ -185,7 +192,7 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings, fresh):
     )
     params = inference.checkpoint_params(init_checkpoint, model, placed)
     if adapters and not any(k in params for k in adapters):
-        params = dict(params) | {k: v for k, v in fresh().items() if k in adapters}
+        params = dict(params) | fresh(adapters)
     got = jax.tree_util.tree_map(lambda x: tuple(x.shape), params)
     want = jax.tree_util.tree_map(lambda x: tuple(x.shape), abstract)
     if got != want:

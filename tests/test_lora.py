@@ -265,6 +265,12 @@ def test_a_lora_run_saves_no_base_resumes_exactly_loads_exports_merged_and_reloa
         loaded = samtone_jax.load(str(folder))
         np.testing.assert_allclose(loaded.encode_queries(texts), q, atol=1e-6)
         np.testing.assert_allclose(loaded.encode_documents(texts), d, atol=1e-6)
+    # The adapter export as INIT_CHECKPOINT: its adapters continue over the same frozen tower.
+    again = tmp_path / "again"
+    more = [*extra, f"--gin.train.init_checkpoint='{adapter}'", "--gin.adafactor.learning_rate=0.0"]
+    assert cli.main(tiny_bert_train_argv(again, tiny_bert_import, steps=1, extra=more)) == 0
+    assert (again / "base.json").read_text() == (straight / "base.json").read_text()
+    np.testing.assert_allclose(samtone_jax.load(str(again)).encode_queries(texts), q, atol=1e-6)  # lr 0: unchanged
     assert cli.main(["export", f"--checkpoint={straight}", "--format=sentence-transformers", f"--out={out}"]) == 0
     back = samtone_jax.load(str(out))
     assert back.architecture == "ade_spl"

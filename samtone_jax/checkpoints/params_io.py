@@ -68,11 +68,9 @@ def save_sharded_params(
     from samtone_jax.atomic_file import MARKER, write_atomic
 
     target = paths.as_path(directory)
+    if target.exists() and not overwrite:  # every process, before any waits for the others
+        raise ExistingFileError(f"{target} already exists; choose another destination or remove it first (--overwrite)")
     if jax.process_index() == 0 and target.exists():
-        if not overwrite:
-            raise ExistingFileError(
-                f"{target} already exists; choose another destination or remove it first (--overwrite)"
-            )
         (target / MARKER).unlink(missing_ok=True)
         target.rmtree()
     multihost_utils.sync_global_devices("save_sharded_params: target cleared")
@@ -100,14 +98,23 @@ def load_params(directory: str, abstract_params=None):
             "`samtone import-checkpoint` or a saved run's params)"
         )
     require_complete(directory, "parameter checkpoint")
-    if abstract_params is not None:
-        return ocp.StandardCheckpointer().restore(path, abstract_params)
+    if abstract_params is not None:  # (those keys only: a LoRA run reads the tower of an import)
+        return restore_part(path, abstract_params)
     # numpy whatever layout wrote it (a sharded soup's arrays would otherwise come back in its sharding)
     metadata = ocp.StandardCheckpointer().metadata(path)
     tree = getattr(metadata, "item_metadata", metadata)
     tree = getattr(tree, "tree", tree)
     restore_args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
     return ocp.PyTreeCheckpointer().restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+
+
+def restore_part(path, target):
+    """The part of a saved tree that `target` names (nested dicts of jax.ShapeDtypeStructs with
+    shardings, a subset of the saved keys), restored onto those shardings; nothing else is read."""
+    restore_args = jax.tree_util.tree_map(lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), target)
+    return ocp.PyTreeCheckpointer().restore(
+        paths.as_path(path), args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True)
+    )
 
 
 def load_model_gin(directory) -> str:

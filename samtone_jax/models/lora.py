@@ -180,10 +180,14 @@ class Adapter(nn.Module):
         return tree
 
 
+def frozen_keys(model) -> tuple[str, ...]:
+    """The top-level parameter keys LoRA freezes: the towers (none without LoRA)."""
+    return layout(model.architecture).tower_keys() if model.lora_rank else ()
+
+
 def trainable_keys(model, params) -> tuple[str, ...]:
     """The top-level parameter keys a step trains: all of them, or under LoRA all but the frozen towers."""
-    frozen = set(layout(model.architecture).tower_keys()) if model.lora_rank else set()
-    return tuple(k for k in params if k not in frozen)
+    return tuple(k for k in params if k not in frozen_keys(model))
 
 
 def merge(model, params):
