@@ -71,25 +71,30 @@ def test_int8_and_binary_search_equal_brute_force_and_sharded_equals_one_device(
             np.testing.assert_array_equal(scores, np.take_along_axis(reference, order, axis=1).astype(np.float32))
 
 
-def test_rescoring_reranks_the_candidates_by_the_float_query(embeddings):
-    """int8 / binary with rescore R: the top 10·R of the compressed search re-ranked by q · decoded."""
+def test_rescoring_reranks_the_candidates_by_the_float_query_on_one_device_and_sharded(embeddings):
+    """int8 / binary with rescore R: the top 10·R of the compressed search re-ranked by q · decoded,
+    on device; a corpus sharded over 4 devices (each scoring the candidates it holds) = 1 device."""
     q, d = embeddings
     ranges = quantization.int8_ranges(d[::3])
+    mesh = partitioning.create_mesh(devices=jax.devices()[:4])
     for precision in ("int8", "binary"):
-        found = compressed.compressed_top_k(q, d, precision, k=10, ranges=ranges, rescore_factor=4)
         plain = compressed.compressed_top_k(q, d, precision, k=40, ranges=ranges)
         if precision == "int8":
-            decoded = quantization.dequantize_int8(quantization.quantize_int8(d, ranges), ranges)
+            decoded = ((quantization.quantize_int8(d, ranges).astype(np.float64) + 128) / 255) * (
+                ranges[1].astype(np.float64) - ranges[0]
+            ) + ranges[0]
         else:
-            decoded = np.where(d > 0, 1.0, -1.0).astype(np.float32)
-        for i in range(len(q)):
-            candidates = plain.indices[i]
-            scores = decoded[candidates] @ q[i]
-            best = candidates[np.argsort(-scores, kind="stable")[:10]]
-            np.testing.assert_array_equal(found.indices[i], best)
-            np.testing.assert_allclose(found.scores[i], decoded[best] @ q[i], rtol=1e-5, atol=1e-6)
-        assert found.bytes_per_document == {"int8": 37, "binary": 5}[precision]
-        assert found.queries_per_second > 0
+            decoded = np.where(d > 0, 1.0, -1.0)
+        for where in (None, mesh):
+            found = compressed.compressed_top_k(q, d, precision, k=10, ranges=ranges, rescore_factor=4, mesh=where)
+            for i in range(len(q)):
+                candidates = plain.indices[i]
+                scores = decoded[candidates] @ q[i].astype(np.float64)
+                best = candidates[np.argsort(-scores, kind="stable")[:10]]
+                np.testing.assert_array_equal(found.indices[i], best)
+                np.testing.assert_allclose(found.scores[i], decoded[best] @ q[i], rtol=1e-5, atol=1e-5)
+            assert found.bytes_per_document == {"int8": 37, "binary": 5}[precision]
+            assert found.queries_per_second > 0
     exact = compressed.compressed_top_k(q, d, "float32", k=10)
     np.testing.assert_array_equal(exact.indices, search.exact_top_k(q, d, 10)[1])
     assert exact.bytes_per_document == 4 * 37
@@ -107,6 +112,19 @@ def test_rescoring_reranks_the_candidates_by_the_float_query(embeddings):
         (
             lambda q, d: search.ExactIndex(quantization.pack_bits(d), bits=37).search(q, 3),
             r"queries must be packed bits \[Q, 5\]",
+        ),
+        (
+            lambda q, d: search.ExactIndex(quantization.pack_bits(d), bits=37).search(
+                quantization.pack_bits(q), 3, float_queries=q[:, :8], depth=9
+            ),
+            r"float queries \[60, 37\], got \(60, 8\)",
+        ),
+        (lambda q, d: search.ExactIndex(d).search(q, 3, float_queries=q, depth=9), "this one is float32"),
+        (
+            lambda q, d: search.ExactIndex(quantization.quantize_int8(d, quantization.int8_ranges(d))).search(
+                quantization.quantize_int8(q, quantization.int8_ranges(d)), 3, float_queries=q, depth=9
+            ),
+            "build the ExactIndex with their ranges",
         ),
     ],
 )

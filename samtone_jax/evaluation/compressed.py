@@ -1,8 +1,8 @@
 """Retrieval over compressed embeddings, as a serving index stores them (quantization.py): the
 corpus and the queries in one precision, searched as stored on device (search.ExactIndex: int8
 codes by their integer inner products, packed sign bits by Hamming distance), and optionally the
-top k · `rescore` candidates re-ranked by the float query against each candidate's decoded codes
-(sentence-transformers' rescoring: int8 codes dequantized, bits as ±1).
+top k · `rescore` candidates re-ranked on device by the float query against each candidate's
+decoded codes (sentence-transformers' rescoring: int8 codes dequantized, bits as ±1).
 
 What one such search costs is measured beside it: bytes a document in the index, and queries a
 second searched once compiled (a repeat of the first query batch).
@@ -18,8 +18,6 @@ import numpy as np
 from samtone_jax import quantization
 from samtone_jax.errors import BadValueError
 from samtone_jax.evaluation import search
-
-RESCORE_BATCH = 256  # queries a rescoring step: [batch, k · rescore, D] float32 decoded candidates
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,23 +59,6 @@ def variants(precisions, rescore: int, names: tuple[str, str]) -> list[tuple[str
     return out
 
 
-def rescore(queries: np.ndarray, codes: np.ndarray, candidates: np.ndarray, precision: str, ranges, k: int):
-    """The candidates [Q, K'] (corpus rows of `codes`) re-ranked by the float queries [Q, D] against
-    their decoded codes; (scores [Q, k], indices [Q, k]), ties in the candidates' order."""
-    dim = queries.shape[1]
-    scores, indices = [], []
-    for start in range(0, len(queries), RESCORE_BATCH):
-        q, rows = queries[start : start + RESCORE_BATCH], candidates[start : start + RESCORE_BATCH]
-        decoded = quantization.decode(codes[rows], precision, dim, ranges)  # [B, K', D]
-        s = np.einsum("bd,bkd->bk", q, decoded, dtype=np.float32)
-        order = np.argsort(-s, axis=1, kind="stable")[:, :k]
-        scores.append(np.take_along_axis(s, order, axis=1))
-        indices.append(np.take_along_axis(rows, order, axis=1))
-    if not scores:
-        return np.zeros((0, k), np.float32), np.zeros((0, k), np.int32)
-    return np.concatenate(scores), np.concatenate(indices)
-
-
 def compressed_top_k(
     queries: np.ndarray,
     corpus: np.ndarray,
@@ -100,15 +81,16 @@ def compressed_top_k(
     dim = corpus.shape[1]
     codes = quantization.encode(np.asarray(corpus, np.float32), precision, ranges)
     query_codes = quantization.encode(np.asarray(queries, np.float32), precision, ranges)
-    index = search.ExactIndex(codes, mesh, query_batch=query_batch, bits=dim if precision == "binary" else None)
-    depth = k * rescore_factor if rescore_factor and precision != "float32" else k
+    bits = dim if precision == "binary" else None
+    index = search.ExactIndex(
+        codes, mesh, query_batch=query_batch, bits=bits, ranges=ranges if precision == "int8" else None
+    )
     queries = np.asarray(queries, np.float32)
 
     def run(first: int | None):
-        scores, indices = index.search(query_codes[:first], depth)
-        if depth > k:
-            scores, indices = rescore(queries[:first], codes, indices, precision, ranges, k)
-        return scores, indices
+        if rescore_factor and precision != "float32":
+            return index.search(query_codes[:first], k, float_queries=queries[:first], depth=k * rescore_factor)
+        return index.search(query_codes[:first], k)
 
     scores, indices = run(None)
     start = time.perf_counter()

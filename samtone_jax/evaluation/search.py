@@ -109,27 +109,74 @@ def chunked_top_k(
     return native_top_k.sort_best(scores, ids) if native else (scores, ids)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "recall_target", "selection", "bits"))
-def _top_k(queries, corpus, k: int, chunk_size: int, n: int, recall_target=None, selection="auto", bits=None):
-    return chunked_top_k(queries, corpus, k, chunk_size, n, recall_target=recall_target, selection=selection, bits=bits)
+RESCORE_BATCH = 256  # queries a rescoring step decodes at once: [batch, depth, D] float32 candidates
 
 
-@functools.partial(jax.jit, static_argnames=("k", "chunk_size", "n", "mesh", "recall_target", "selection", "bits"))
+def _rescore(float_queries, corpus, ids, offset, bits, decode):
+    """Scores [Q, K'] of the candidates `ids` (global corpus rows) by the float queries [Q, D]
+    against their decoded codes, for the candidates `corpus` (rows offset … offset + len) holds; 0
+    for the others (another shard's: a psum over the shards adds each candidate's score once).
+    int8 codes decode as (c + 128) · steps + mins (`decode`), packed bits as ±1."""
+
+    def one(args):
+        q, rows = args
+        local = rows - offset
+        held = (local >= 0) & (local < corpus.shape[0])
+        codes = corpus[jnp.clip(local, 0, corpus.shape[0] - 1)]  # [K', W]
+        if bits:
+            decoded = quantization.unpack_signs(codes, bits)
+        else:
+            steps, mins = decode
+            decoded = (codes.astype(jnp.float32) + 128) * steps + mins
+        return jnp.where(held, decoded @ q, 0.0)
+
+    return jax.lax.map(one, (float_queries, ids), batch_size=RESCORE_BATCH)
+
+
+def _best(scores, ids, k: int):
+    """The k best of scores [Q, K'] with their ids, ties in the candidates' order (lax.top_k is stable)."""
+    top, where = jax.lax.top_k(scores, k)
+    return top, jnp.take_along_axis(ids, where, axis=1)
+
+
+_STATIC = ("k", "chunk_size", "n", "recall_target", "selection", "bits", "depth")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _top_k(
+    queries, corpus, k, chunk_size, n, recall_target=None, selection="auto", bits=None, rescore=None, depth=None
+):
+    if rescore is None:
+        return chunked_top_k(
+            queries, corpus, k, chunk_size, n, recall_target=recall_target, selection=selection, bits=bits
+        )
+    float_queries, decode = rescore
+    _, ids = chunked_top_k(
+        queries, corpus, depth, chunk_size, n, recall_target=recall_target, selection=selection, bits=bits
+    )
+    return _best(_rescore(float_queries, corpus, ids, 0, bits, decode), ids, k)
+
+
+@functools.partial(jax.jit, static_argnames=("mesh", *_STATIC))
 def _sharded_top_k(
-    queries, corpus, k: int, chunk_size: int, n: int, mesh, recall_target=None, selection="auto", bits=None
+    queries, corpus, k, chunk_size, n, mesh, recall_target=None, selection="auto", bits=None, rescore=None, depth=None
 ):
     rows = corpus.shape[0] // mesh.shape["data"]
+    first = depth if rescore is not None else k
 
-    def local(q, shard):
+    def local(q, shard, rescore):
         offset = jax.lax.axis_index("data") * rows
-        scores, ids = chunked_top_k(q, shard, k, chunk_size, n, offset, recall_target, selection, bits=bits)
+        scores, ids = chunked_top_k(q, shard, first, chunk_size, n, offset, recall_target, selection, bits=bits)
         scores = jax.lax.all_gather(scores, "data", axis=1, tiled=True)  # [Q, devices·k], device order
         ids = jax.lax.all_gather(ids, "data", axis=1, tiled=True)
-        top, where = jax.lax.top_k(scores, k)
-        return top, jnp.take_along_axis(ids, where, axis=1)
+        scores, ids = _best(scores, ids, first)
+        if rescore is None:
+            return scores, ids
+        float_queries, decode = rescore  # each shard scores the candidates it holds; the sum has them all
+        return _best(jax.lax.psum(_rescore(float_queries, shard, ids, offset, bits, decode), "data"), ids, k)
 
-    return jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data")), out_specs=(P(), P()), check_vma=False)(
-        queries, corpus
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data"), P()), out_specs=(P(), P()), check_vma=False)(
+        queries, corpus, rescore
     )
 
 
@@ -152,6 +199,10 @@ class ExactIndex:
     `recall_target` (e.g. 0.95) selects with lax.approx_max_k, which is fast on TPU and exact (a
     sort) elsewhere. `selection` picks how exact chunks merge on CPU devices: 'auto' (the native
     kernel when it builds, else lax.top_k), 'native', or 'lax'.
+
+    A compressed index also re-ranks on device (sentence-transformers' rescoring): `search` with
+    `float_queries` takes the top `depth` by the codes and re-scores them by the float queries
+    against the candidates' decoded codes (int8 needs the codes' `ranges` [2, D]; bits decode as ±1).
     """
 
     def __init__(
@@ -163,6 +214,7 @@ class ExactIndex:
         recall_target: float | None = None,
         selection: str = "auto",
         bits: int | None = None,
+        ranges: np.ndarray | None = None,
     ):
         corpus = np.asarray(corpus)
         if corpus.ndim != 2:
@@ -177,6 +229,10 @@ class ExactIndex:
         _use_native(selection, recall_target)  # a bad `selection` fails here, not at the first search
         self.n, self.dim, self.mesh, self.query_batch = len(corpus), bits or corpus.shape[1], mesh, query_batch
         self.dtype, self.bits = corpus.dtype, bits
+        self.decode = None
+        if ranges is not None:  # decoded on the host's arithmetic: (c + 128) · steps + mins
+            quantization.check_ranges(ranges, self.dim)
+            self.decode = (quantization.int8_steps(np.asarray(ranges)), np.asarray(ranges, np.float32)[0])
         devices = 1 if mesh is None else mesh.shape["data"]
         chunk_size = chunk_size or auto_chunk_size(query_batch, self.dim)
         self.chunk_size = max(1, min(chunk_size, -(-self.n // devices)))
@@ -201,19 +257,41 @@ class ExactIndex:
             return quantization.unpack_signs(queries, self.bits)
         return queries.astype(np.float32)
 
-    def search(self, queries: np.ndarray, k: int = 100) -> tuple[np.ndarray, np.ndarray]:
-        """(scores [Q, k] float32, corpus indices [Q, k] int32), best first, ties by lower index."""
+    def search(
+        self, queries: np.ndarray, k: int = 100, float_queries: np.ndarray | None = None, depth: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores [Q, k] float32, corpus indices [Q, k] int32), best first, ties by lower index.
+        With `float_queries` [Q, D] (an int8 / binary index): the top `depth` candidates re-ranked by
+        the float queries against their decoded codes (scores: those inner products; ties in the
+        index's order)."""
         queries = self._as_rows(queries)
         k = min(k, self.n)
+        options = {}
+        if float_queries is not None:
+            float_queries = self._rescoring_queries(float_queries, len(queries))
+            options["depth"] = max(k, min(depth or k, self.n))
         out_scores, out_ids = [], []
         for start in range(0, len(queries), self.query_batch):
             batch = jnp.asarray(queries[start : start + self.query_batch])
-            s, i = self._search(batch, self.corpus, k, self.chunk_size)
+            if float_queries is not None:
+                options["rescore"] = (jnp.asarray(float_queries[start : start + self.query_batch]), self.decode)
+            s, i = self._search(batch, self.corpus, k, self.chunk_size, **options)
             out_scores.append(np.asarray(s))
             out_ids.append(np.asarray(i))
         if not out_scores:
             return np.zeros((0, k), np.float32), np.zeros((0, k), np.int32)
         return np.concatenate(out_scores), np.concatenate(out_ids)
+
+    def _rescoring_queries(self, float_queries: np.ndarray, count: int) -> np.ndarray:
+        """float_queries checked against this index: float [count, D], and an index that can decode."""
+        float_queries = np.asarray(float_queries, np.float32)
+        if float_queries.shape != (count, self.dim):
+            raise BadValueError(f"rescoring needs float queries [{count}, {self.dim}], got {float_queries.shape}")
+        if self.dtype == np.float32:
+            raise BadValueError("rescoring re-ranks an int8 / binary index; this one is float32")
+        if self.dtype == np.int8 and self.decode is None:
+            raise BadValueError("rescoring an int8 index decodes its codes: build the ExactIndex with their ranges")
+        return float_queries
 
 
 def exact_top_k(
