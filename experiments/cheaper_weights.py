@@ -22,6 +22,7 @@ Resumable (a finished arm's eval JSON is reused).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -86,7 +87,9 @@ def main():
             if existing_eval(model_dir) is None:
                 print(f"{name}:", flush=True)
                 extra, lora = ARMS[arm]
-                budget = argparse_copy(args, learning_rate=args.lora_learning_rate) if lora else args
+                budget = (
+                    argparse.Namespace(**{**vars(args), "learning_rate": args.lora_learning_rate}) if lora else args
+                )
                 train_ours(out, name, init, budget, seed, LOSS, extra)
                 evaluate(model_dir, name)
             if arm == "ema":  # the moving average's record beside the raw weights' (..._ema[_q<N>_c<M>].json)
@@ -135,12 +138,6 @@ def soup(out, args, evaluate, evals) -> dict:
         for seed, r in zip(args.seeds, each, strict=True):
             f.write(f"\nsoup against seed {seed}\n{format_table(r)}\n")
     return {"eval": found, "against_mean": result, "against_each": each}
-
-
-def argparse_copy(args, **changes):
-    import argparse
-
-    return argparse.Namespace(**{**vars(args), **changes})
 
 
 if __name__ == "__main__":

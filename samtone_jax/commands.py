@@ -163,9 +163,10 @@ def _flag_bindings(args) -> list[str]:
 
 
 def default_embeddings_dir(checkpoint: str, task: str, split: str, step: int | None) -> str:
-    from samtone_jax import inference, paths
+    from samtone_jax import paths
+    from samtone_jax.checkpoints import reader
 
-    kind, directory, step = inference.resolve(checkpoint, step)
+    kind, directory, step = reader.resolve(checkpoint, step)
     return paths.join(directory, "embeddings", f"{task}_{split}" + (f"_step{step}" if step is not None else ""))
 
 
@@ -205,10 +206,11 @@ def cmd_encode(args, bindings) -> int:
 
 def cmd_calibrate(args, bindings) -> int:
     from samtone_jax import inference
+    from samtone_jax.checkpoints import reader
     from samtone_jax.evaluation.calibrate import calibrate
 
     split, collection = load_task(args)
-    kind, directory, _ = inference.resolve(args.checkpoint, args.step)
+    kind, directory, _ = reader.resolve(args.checkpoint, args.step)
     encoder = inference.load_encoder(
         args.checkpoint,
         step=args.step,

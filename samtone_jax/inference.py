@@ -17,12 +17,11 @@ put before every text, as in training: the run-wide ones, or `task`'s own (`load
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
 from samtone_jax import paths, run_folders
-from samtone_jax.atomic_file import require_complete
+from samtone_jax.checkpoints import reader
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.errors import BadValueError, MissingFileError
 from samtone_jax.models import BertConfig
@@ -154,121 +153,6 @@ class Encoder:
         )
 
 
-def checkpoint_params(path: str, model, placed=None) -> dict:
-    """The parameters for `model` that the checkpoint at `path` holds (anything `resolve` takes: a
-    parameter checkpoint, a run's latest step or a given one, an export of a BERT / T5 tower), with a
-    LoRA model's frozen tower from the checkpoint's base.json when it holds only the trained part.
-    `placed` ({key: ShapeDtypeStructs with shardings}): a parameter checkpoint's keys restored
-    straight onto devices (those it holds)."""
-    import jax
-
-    from samtone_jax.checkpoints import import_params, load_params
-    from samtone_jax.checkpoints.params_io import restore_part
-    from samtone_jax.checkpoints.train_checkpoints import saved_tree
-    from samtone_jax.models.lora import base_model
-
-    kind, directory, step = resolve(path)
-    if kind == "params":
-        target = None
-        if placed is not None:
-            held = saved_tree(paths.as_path(directory) / run_folders.PARAMS) or placed
-            target = {k: v for k, v in placed.items() if k in held}
-        params = load_params(directory, target)
-    elif kind == "train":  # its params only (not the optimizer state), onto `placed` or this host's device
-        state = run_folders.state(directory, step)
-        saved = saved_tree(state)
-        if saved is None:
-            raise MissingFileError(f"{state}: its metadata cannot be read (an incomplete or damaged checkpoint)")
-        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-        target = {
-            k: placed[k]
-            if placed is not None and k in placed
-            else jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), v)
-            for k, v in saved["params"].items()
-        }
-        params = restore_part(state, {"params": target})["params"]
-    else:
-        params, _ = import_params("hf", directory, base_model(model))
-    return with_base(params, model, directory, placed)
-
-
-def with_base(params: dict, model, directory, placed=None) -> dict:
-    """`params` with the LoRA model's frozen tower added from the checkpoint its folder's base.json
-    names, when they lack it (a LoRA run's checkpoints and adapter exports hold only what is trained)."""
-    from samtone_jax.models.lora import base_model, frozen_keys
-
-    missing = [k for k in frozen_keys(model) if k not in params]
-    if not missing:
-        return params
-    base = base_of(directory, required=True)
-
-    plain = base_model(model)
-    subset = None if placed is None else {k: placed[k] for k in missing if k in placed}
-    tower = checkpoint_params(base, plain, subset)
-    return dict(params) | {k: tower[k] for k in missing}
-
-
-def base_of(checkpoint: str, required: bool = False) -> str | None:
-    """Where the frozen tower of a LoRA checkpoint is: its folder's base.json; else (a plain
-    checkpoint, which holds its tower) the checkpoint itself, as an absolute path or gs:// URL (a
-    run's: its latest step folder). `required`: a folder without base.json is an error."""
-    root = paths.as_path(checkpoint)
-    if run_folders.kind(root) == "step":
-        root = root.parent.parent
-    reference = root / run_folders.BASE
-    if reference.exists():
-        try:
-            return json.loads(reference.read_text())["path"]
-        except (ValueError, KeyError) as e:
-            raise BadValueError(
-                f"{reference} is damaged ({e}): it should be {{'path': <the frozen tower's checkpoint>}}"
-            ) from e
-    if required:
-        raise MissingFileError(
-            f"{checkpoint} holds a LoRA model's adapters without its frozen tower, and no {run_folders.BASE} naming "
-            "where that tower is"
-        )
-    kind, directory, step = resolve(checkpoint)  # a run: pinned to its step (it may train on)
-    where = paths.as_str(run_folders.checkpoints(directory) / str(step)) if kind == "train" else directory
-    return where if paths.is_remote(where) else os.path.abspath(where)
-
-
-def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
-    """(kind 'train' | 'params' | 'export', the directory holding the gin config, step) for `path`
-    (local or gs://). A step, parameter checkpoint or export must be complete."""
-    path = paths.as_path(path)
-    if not path.is_dir():
-        raise MissingFileError(f"{path} does not exist (expected a MODEL_DIR or a checkpoint directory)")
-    kind = run_folders.kind(path)
-    if kind == "step":  # MODEL_DIR/checkpoints/N
-        if step is not None and step != int(path.name):
-            raise BadValueError(f"{path} is the checkpoint of step {path.name}, not step {step}")
-        if not run_folders.is_complete_step(path):
-            raise MissingFileError(
-                f"{path} is an incomplete checkpoint (no {run_folders.COMMIT_MARKER}): use an earlier step"
-            )
-        return "train", str(path.parent.parent), int(path.name)
-    if kind == "run":
-        steps = run_folders.complete_steps(path)
-        if not steps:
-            raise MissingFileError(f"no checkpoint in {run_folders.checkpoints(path)}: train first (samtone train)")
-        if step is not None and step not in steps:
-            raise MissingFileError(
-                f"no checkpoint for step {step} in {run_folders.checkpoints(path)}; available: {steps}"
-            )
-        return "train", str(path), steps[-1] if step is None else step
-    if kind == "params":
-        require_complete(path, "parameter checkpoint")
-        return "params", str(path), None
-    if kind == "export":
-        require_complete(path, "export")
-        return "export", str(path), None
-    raise MissingFileError(
-        f"{path} is not a samtone checkpoint: expected a MODEL_DIR (checkpoints/), a step directory "
-        "(checkpoints/<step>/state), a parameter checkpoint (params/ + model.gin) or a `samtone export` folder"
-    )
-
-
 def _vocabulary_path(directory: str, explicit: str | None, settings: dict, bert: bool) -> str | None:
     """The vocabulary file of a run or parameter checkpoint: a BERT tower's tokenizer.json, a T5
     tower's SentencePiece model (DIR's copy, else the run's train.vocabulary, else T5's public one)."""
@@ -313,7 +197,7 @@ def load_encoder(
     from samtone_jax.checkpoints import load_model_gin, load_params
     from samtone_jax.checkpoints.train_checkpoints import ema_params, restore_on_one_device
 
-    kind, directory, step = resolve(path, step)
+    kind, directory, step = reader.resolve(path, step)
     root = paths.as_path(directory)
     if weights not in WEIGHTS:
         raise BadValueError(f"weights={weights!r}: choose one of {WEIGHTS}")
@@ -347,7 +231,7 @@ def load_encoder(
         text = load_model_gin(directory)
         params = load_params(directory)
     model = gin_utils.model_from_gin_text(text)
-    params = with_base(params, model, directory)  # a LoRA model's frozen tower, from its base.json
+    params = reader.with_base(params, model, directory)  # a LoRA model's frozen tower, from its base.json
     settings = gin_utils.read_bindings(text)
     vocabulary = _vocabulary_path(directory, vocabulary, settings, isinstance(model.config, BertConfig))
     vocab_lib.check_fits(vocabulary, model.config, "the vocabulary")

@@ -23,10 +23,10 @@ def init_checkpoint_fits(init_checkpoint: str | None, model, model_dir) -> None:
     written, not at the first step. A run that resumes reads its own checkpoint instead."""
     if not init_checkpoint or run_folders.complete_steps(model_dir):
         return
-    from samtone_jax import inference
+    from samtone_jax.checkpoints import reader
     from samtone_jax.checkpoints.train_checkpoints import first_shape_difference, saved_tree
 
-    kind, directory, step = inference.resolve(init_checkpoint)
+    kind, directory, step = reader.resolve(init_checkpoint)
     if kind == "export":  # a Hugging Face folder: its shapes are checked as it is imported
         return
     if kind == "train":
@@ -82,17 +82,17 @@ def lora_base(model, init_checkpoint: str | None, model_dir) -> str | None:
     pinned to its step), as an absolute path or gs:// URL."""
     if not model.lora_rank:
         return None
-    from samtone_jax import inference
+    from samtone_jax.checkpoints import reader
 
     reference = paths.as_path(model_dir) / run_folders.BASE
     if reference.exists() and run_folders.complete_steps(model_dir):
-        return inference.base_of(model_dir, required=True)
+        return reader.base_of(model_dir, required=True)
     if not init_checkpoint:
         raise BadValueError(
             f"DualEncoder.lora_rank={model.lora_rank}: LoRA trains adapters over a pretrained tower it keeps frozen; "
             "name that tower's checkpoint in train.init_checkpoint (an import, a run or an export)"
         )
-    base = inference.base_of(init_checkpoint)
+    base = reader.base_of(init_checkpoint)
     if run_folders.kind(base) == "step":
         log.warning(
             "the frozen tower of this LoRA run is step %s of the run %s (base.json): keep that step (that run's "

@@ -184,13 +184,13 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings, fresh):
     A LoRA model takes its frozen tower and projection from a plain model's checkpoint and fresh
     adapters (`fresh(keys)`: those of the model's initial parameters), or its trained part from another
     LoRA run, soup or adapter export (and the tower from that one's base.json)."""
-    from samtone_jax import inference
+    from samtone_jax.checkpoints import reader
 
     adapters = lora_lib.adapter_keys(model)
     placed = jax.tree_util.tree_map(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
     )
-    params = inference.checkpoint_params(init_checkpoint, model, placed)
+    params = reader.checkpoint_params(init_checkpoint, model, placed)
     if adapters and not any(k in params for k in adapters):
         params = dict(params) | fresh(adapters)
     got = jax.tree_util.tree_map(lambda x: tuple(x.shape), params)

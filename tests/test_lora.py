@@ -275,7 +275,8 @@ def test_a_lora_run_saves_no_base_resumes_exactly_loads_exports_merged_and_reloa
 
 
 def test_a_lora_run_needs_its_base_named_and_a_checkpoint_without_one_is_refused(tmp_path):
-    from samtone_jax import inference, start_checks
+    from samtone_jax import start_checks
+    from samtone_jax.checkpoints import reader
     from samtone_jax.errors import MissingFileError
 
     model = DualEncoder(TOWERS["bert"], lora_rank=2)
@@ -284,7 +285,7 @@ def test_a_lora_run_needs_its_base_named_and_a_checkpoint_without_one_is_refused
     assert start_checks.lora_base(DualEncoder(TOWERS["bert"]), None, tmp_path / "run") is None
     trained = {"adapter": {}, "projection": {}}
     with pytest.raises(MissingFileError, match="no base.json naming where that tower is"):
-        inference.with_base(trained, model, tmp_path)
+        reader.with_base(trained, model, tmp_path)
     (tmp_path / "base.json").write_text("{not json")
     with pytest.raises(BadValueError, match="base.json is damaged"):
-        inference.with_base(trained, model, tmp_path)
+        reader.with_base(trained, model, tmp_path)

@@ -304,7 +304,7 @@ def ema_params(state):
     return dict(averaged) | dict(state.get(FROZEN, {}))
 
 
-def restore_on_one_device(path, item: str | None = None):
+def restore_on_one_device(path):
     """A saved tree (e.g. MODEL_DIR/checkpoints/<step>/state, local or gs://) restored whole onto
     this process's first device, whatever topology saved it (for inspection, export and tests)."""
     path = paths.as_path(path)

@@ -40,12 +40,12 @@ class Ingredient:
 def ingredients(checkpoints: list[str], last: int | None = None) -> list[Ingredient]:
     """The ingredients named by `checkpoints` (runs, steps, parameter checkpoints); `last` K with one
     run: that run's last K complete steps."""
-    from samtone_jax import inference
+    from samtone_jax.checkpoints import reader
 
     if last is not None:
         if len(checkpoints) != 1 or last < 2:
             raise BadValueError("--last K (K >= 2) averages one run's last K checkpoints: name exactly one run")
-        kind, directory, _ = inference.resolve(checkpoints[0])
+        kind, directory, _ = reader.resolve(checkpoints[0])
         steps = run_folders.complete_steps(directory) if kind == "train" else []
         if len(steps) < last:
             raise BadValueError(
@@ -57,7 +57,7 @@ def ingredients(checkpoints: list[str], last: int | None = None) -> list[Ingredi
         raise BadValueError(f"an average needs at least 2 checkpoints; got {checkpoints}")
     out = []
     for path in checkpoints:
-        kind, directory, step = inference.resolve(path)
+        kind, directory, step = reader.resolve(path)
         if kind == "train":
             out.append(Ingredient(path, paths.as_str(run_folders.state(directory, step)), True, directory))
         elif kind == "params":

@@ -10,6 +10,7 @@ import json
 import jax
 
 from samtone_jax import inference, paths, run_folders
+from samtone_jax.checkpoints import reader
 from samtone_jax.errors import BadValueError, ExistingFileError
 from samtone_jax.models.lora import trainable_keys
 
@@ -29,11 +30,11 @@ def write(checkpoint: str, dst: str, *, step: int | None = None, weights: str = 
             f"--format=adapter: {checkpoint} has no LoRA adapters (DualEncoder.lora_rank = 0); export the whole "
             "model (--format=sentence-transformers or hf)"
         )
-    kind, directory, _ = inference.resolve(checkpoint, step)
+    kind, directory, _ = reader.resolve(checkpoint, step)
     root = paths.as_path(directory)
     trained = {k: jax.device_get(encoder.params[k]) for k in trainable_keys(model, encoder.params)}
     text = (root / run_folders.CONFIG_GIN).read_text() if kind == "train" else load_model_gin(directory)
-    extra = {run_folders.BASE: json.dumps({"path": inference.base_of(checkpoint, required=True)}).encode()}
+    extra = {run_folders.BASE: json.dumps({"path": reader.base_of(checkpoint, required=True)}).encode()}
     for name in (run_folders.VOCABULARY, run_folders.TOKENIZER):
         if (root / name).exists():
             extra[name] = (root / name).read_bytes()
