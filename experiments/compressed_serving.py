@@ -8,13 +8,21 @@ per-query scores.
   qat_all     + train.quantized_precisions = ('float32', 'int8', 'binary')
 
 Every arm is then calibrated (`samtone calibrate`: int8 ranges from 10,000 training documents, for
-128 and 384 dimensions) and evaluated with `samtone eval --precisions float32,int8,binary --rescore 4
---dims 128` on the pretrained experiment's protocol (2,000 held-out queries among 20,000
-definitions). Goals (issue 33): binary rescored ≥ 97 % of float32 MRR after QAT and significantly
-above post-hoc binary; int8 ≥ 99.5 %. Resumable; `--posthoc_from runs/peer_wordnet` reuses
-pretrained_peer.py's samtone_query runs (copied) instead of training them again.
+the full and a truncated dimension) and evaluated with `samtone eval --precisions float32,int8,binary
+--rescore 4 --dims <truncated>`. Goals (issue 33): binary rescored ≥ 97 % of float32 MRR after QAT
+and significantly above post-hoc binary; int8 ≥ 99.5 %. Resumable.
 
-  SAMTONE_DATA_DIR=../shared/data .venv/bin/python experiments/compressed_serving.py --out runs/compressed_serving
+--tower minilm (the default): the pretrained experiment's protocol (200 steps, AdamW 5e-5; 2,000
+held-out queries among 20,000 definitions), 384 dimensions, truncated to 128; `--posthoc_from
+runs/peer_wordnet` reuses pretrained_peer.py's samtone_query runs (copied) instead of training them.
+
+--tower t5: the T5 mini SDE from scratch on MultiReQA-SQuAD dev (the Matryoshka experiment's budget:
+d_model 64, no projection, 300 steps × 64, Adafactor 1e-2, warm-up 50; 2,000 test questions against
+all 10,642 sentences), 64 dimensions, truncated to 32.
+
+  export SAMTONE_DATA_DIR=../shared/data
+  .venv/bin/python experiments/compressed_serving.py --out runs/compressed_serving --posthoc_from runs/peer_wordnet
+  .venv/bin/python experiments/compressed_serving.py --tower t5 --out runs/compressed_serving_t5
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import os
 import shutil
 import sys
 
-from common import experiment_parser, parse_into_folder, samtone, summarize
+from common import build_vocab, experiment_parser, parse_into_folder, samtone, summarize, train_args
 from pretrained_peer import TASKS, import_minilm, train_ours
 
 ARMS = {
@@ -32,22 +40,33 @@ ARMS = {
     "qat_binary": ["--gin.train.quantized_precisions=('float32', 'binary')"],
     "qat_all": ["--gin.train.quantized_precisions=('float32', 'int8', 'binary')"],
 }
-VARIANTS = [  # record suffixes of `samtone eval --precisions float32,int8,binary --rescore 4 --dims 128`
-    f"{dim}{precision}"
-    for dim in ("", "_dim128")
-    for precision in ("", "_int8", "_int8_rescore4", "_binary", "_binary_rescore4")
-]
+TOWERS = {  # tower -> (task, eval split, full dimension, truncated dimension, budget: steps, learning rate)
+    "minilm": ("wordnet_definitions", TASKS["wordnet_definitions"][2], 384, 128, 200, 5e-5),
+    "t5": ("multireqa_squad_dev", "test", 64, 32, 300, 1e-2),
+}
+PRECISIONS = ("", "_int8", "_int8_rescore4", "_binary", "_binary_rescore4")  # eval record suffixes
+
+
+def variants(truncated: int) -> list[str]:
+    """Record suffixes of `samtone eval --precisions float32,int8,binary --rescore 4 --dims <truncated>`."""
+    return [f"{dim}{precision}" for dim in ("", f"_dim{truncated}") for precision in PRECISIONS]
+
+
 MEASURES = ("RR", "P@1", "nDCG@10")
 
 
 def main():
     parser = experiment_parser(__doc__, "runs/compressed_serving")
-    parser.set_defaults(steps=200, learning_rate=5e-5)
+    parser.set_defaults(steps=None, learning_rate=None)
+    parser.add_argument("--tower", choices=list(TOWERS), default="minilm")
     parser.add_argument("--posthoc_from", default=None, help="a pretrained_peer.py folder with samtone_query runs")
     args, out = parse_into_folder(parser)
-    args.task = "wordnet_definitions"
-    init = import_minilm(out)
-    _, _, split, sample = TASKS[args.task]
+    task, split, full, truncated, steps, learning_rate = TOWERS[args.tower]
+    args.task, args.steps, args.learning_rate = task, args.steps or steps, args.learning_rate or learning_rate
+    if args.tower == "minilm":
+        init, sample, suffix = import_minilm(out), TASKS[task][3], "_q2000_c20000"
+    else:
+        vocab, sample, suffix = build_vocab(out, task), [], ""
     evals = {}
     for seed in args.seeds:
         for arm, extra in ARMS.items():
@@ -57,40 +76,49 @@ def main():
                 earlier = f"{args.posthoc_from}/samtone_query_seed{seed}" if args.posthoc_from else None
                 if arm == "posthoc" and earlier and os.path.isdir(f"{earlier}/checkpoints/{args.steps}"):
                     shutil.copytree(earlier, model_dir, ignore=shutil.ignore_patterns("eval"), dirs_exist_ok=True)
-                else:
+                elif args.tower == "minilm":
                     train_ours(out, name, init, args, seed, "losses/samtone_query.gin", extra)
-            records = f"{model_dir}/eval"
-            base = f"{records}/{args.task}_{split}_step{args.steps}_q2000_c20000"
-            if not os.path.exists(f"{base}_dim128_binary_rescore4.json"):
-                samtone(
-                    "calibrate",
-                    f"--checkpoint={model_dir}",
-                    f"--task={args.task}",
-                    "--split=train",
-                    "--documents=10000",
-                    "--dims",
-                    "128,384",
-                    log=f"{out}/{name}_calibrate.log",
-                )
+                else:
+                    budget = [*extra, "--gin.adafactor.warmup_steps=50", f"--gin.train.seed={seed}"]
+                    loss = "losses/samtone_query.gin"
+                    argv = train_args(
+                        model_dir,
+                        vocab,
+                        task,
+                        args.steps,
+                        args.batch,
+                        args.learning_rate,
+                        loss,
+                        budget,
+                        temperature=args.temperature,
+                    )
+                    samtone(*argv, log=f"{out}/{name}_train.log")
+            base = f"{model_dir}/eval/{task}_{split}_step{args.steps}{suffix}"
+            if not os.path.exists(f"{base}_dim{truncated}_binary_rescore4.json"):
+                calibration = [f"--task={task}", "--split=train", "--documents=10000", "--dims", f"{truncated},{full}"]
+                samtone("calibrate", f"--checkpoint={model_dir}", *calibration, log=f"{out}/{name}_calibrate.log")
                 samtone(
                     "eval",
                     f"--checkpoint={model_dir}",
-                    f"--task={args.task}",
+                    f"--task={task}",
                     f"--split={split}",
                     "--precisions",
                     "float32,int8,binary",
                     "--rescore",
                     "4",
                     "--dims",
-                    "128",
+                    str(truncated),
                     "--gin.evaluate.keep_embeddings=False",
                     *sample,
                     log=f"{out}/{name}_eval.log",
                 )
-            for variant in VARIANTS:
+            for variant in variants(truncated):
                 evals[variant or "full", arm, seed] = f"{base}{variant}.json"
-    summary = summarize(out, evals, [v or "full" for v in VARIANTS], list(ARMS), args.seeds, MEASURES)
-    summary["budget"] = {k: getattr(args, k) for k in ("steps", "batch", "learning_rate", "temperature", "seeds")}
+    names = [v or "full" for v in variants(truncated)]
+    summary = summarize(out, evals, names, list(ARMS), args.seeds, MEASURES)
+    summary["budget"] = {
+        k: getattr(args, k) for k in ("tower", "steps", "batch", "learning_rate", "temperature", "seeds")
+    }
     with open(f"{out}/summary.json", "w") as f:
         json.dump(summary, f, indent=2)
     print(summary["table"])
