@@ -81,7 +81,7 @@ def test_the_bert_tower_computes_what_transformers_bert_model_computes(tiny_bert
     config, params, used = _our_tower(folder)
     assert len(used) == 5 + 16 * 2  # embeddings (3 tables, LN scale + bias) and 16 tensors per layer
     tokens = _random_tokens(np.random.default_rng(1), 3, 12, TINY["vocab_size"], [12, 7, 1])
-    ours = np.asarray(BertEncoder(config).apply({"params": params}, tokens))
+    ours = np.asarray(jax.jit(BertEncoder(config).apply)({"params": params}, tokens))
     with torch.no_grad():
         theirs = torch_model(
             input_ids=torch.tensor(tokens, dtype=torch.long), attention_mask=torch.tensor(tokens != 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import jax
 import jax.numpy as jnp
 import msgpack
 import numpy as np
@@ -90,7 +91,7 @@ def test_t5x_retrieval_checkpoint_every_array_equals_its_storage():
 
     # And it encodes: finite, unit-norm 768-d embeddings that depend on the input.
     ids = jnp.array([[37, 1996, 5, 1, 0, 0], [8, 1, 0, 0, 0, 0]])
-    emb = np.asarray(model.apply({"params": params}, ids, method=model.encode_documents))
+    emb = np.asarray(jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.encode_documents))(params, ids))
     assert emb.shape == (2, 768) and np.all(np.isfinite(emb))
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-5)
     assert np.abs(emb[0] - emb[1]).max() > 1e-3
@@ -109,7 +110,9 @@ def test_t5x_single_file_checkpoint_loads_with_decoder_unused():
     q = params["query_encoder"]["layers_1"]["mlp"]["wi_1"]
     np.testing.assert_array_equal(q, params["document_encoder"]["layers_1"]["mlp"]["wi_1"])
     assert q is not params["document_encoder"]["layers_1"]["mlp"]["wi_1"]  # copies, free to diverge
-    emb = model.apply({"params": params}, jnp.array([[5, 6, 7, 1]]), method=model.encode_queries)
+    emb = jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.encode_queries))(
+        params, jnp.array([[5, 6, 7, 1]])
+    )
     assert np.all(np.isfinite(np.asarray(emb)))
 
 
@@ -211,5 +214,5 @@ def test_mtf_checkpoint_round_trip_matches_transformers(tmp_path):
         ref = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(ids != 0)).last_hidden_state.numpy()
     from samtone_jax.models import T5Encoder
 
-    ours = np.asarray(T5Encoder(MTF_TINY).apply({"params": params["encoder"]}, jnp.asarray(ids)))
+    ours = np.asarray(jax.jit(T5Encoder(MTF_TINY).apply)({"params": params["encoder"]}, jnp.asarray(ids)))
     np.testing.assert_allclose(ours[ids != 0], ref[ids != 0], atol=1e-5, rtol=1e-5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -75,14 +76,14 @@ def test_hidden_states_and_embeddings_match_transformers(tmp_path, feed_forward,
     mask = ids != 0
     with torch.no_grad():
         ref = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
-    ours = np.asarray(T5Encoder(config).apply({"params": params["encoder"]}, jnp.asarray(ids)))
+    ours = np.asarray(jax.jit(T5Encoder(config).apply)({"params": params["encoder"]}, jnp.asarray(ids)))
     np.testing.assert_allclose(ours[mask], ref[mask], atol=1e-5, rtol=1e-5)
 
     # Embedding = mean over non-padding tokens -> projection -> L2 norm, computed here by hand.
     pooled = (ref * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
     projected = pooled @ params["projection"]["kernel"]
     expected = projected / np.linalg.norm(projected, axis=1, keepdims=True)
-    got = np.asarray(model.apply({"params": params}, jnp.asarray(ids), method=model.encode_queries))
+    got = np.asarray(jax.jit(lambda p, x: model.apply({"params": p}, x, method=model.encode_queries))(params, ids))
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
