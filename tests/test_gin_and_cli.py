@@ -79,7 +79,9 @@ def test_import_checkpoint_command_writes_a_loadable_checkpoint(tmp_path, capsys
     # The saved gin rebuilds the same model.
     model = gin_utils.model_from_gin_text(load_model_gin(str(dst)))
     assert model.config.emb_dim == 4 and model.projection_dim == 768
-    emb = model.apply({"params": params}, np.array([[5, 6, 1]]), method=model.encode_queries)
+    emb = jax.jit(lambda p, t: model.apply({"params": p}, t, method=model.encode_queries))(
+        params, np.array([[5, 6, 1]])
+    )
     assert emb.shape == (1, 768)
     # A second import into the same place refuses instead of mixing two checkpoints.
     assert cli.main(argv) == 2

@@ -99,8 +99,14 @@ def test_loading_and_encoding_imports_neither_tensorflow_nor_seqio(trained_run):
     assert done.stdout.strip() == "[]"
     tokens = _pipeline_tokens(trained_run / "vocab.model", 0, TEXTS, 8)
     encoder = samtone_jax.load(str(trained_run))
-    by_pipeline = encoder.model.apply({"params": encoder.params}, tokens, method=encoder.model.encode_queries)
+    by_pipeline = _encode_queries(encoder, tokens)
     np.testing.assert_allclose(np.load(out), np.asarray(by_pipeline), rtol=1e-5, atol=1e-6)
+
+
+def _encode_queries(encoder, tokens):
+    """The model applied to token ids directly, compiled as one program (not eagerly, op by op)."""
+    model = encoder.model
+    return jax.jit(lambda p, t: model.apply({"params": p}, t, method=model.encode_queries))(encoder.params, tokens)
 
 
 def test_load_model_dir_step_dir_and_direct_apply_agree(trained_run):
@@ -112,7 +118,7 @@ def test_load_model_dir_step_dir_and_direct_apply_agree(trained_run):
     np.testing.assert_allclose(np.linalg.norm(q, axis=1), 1.0, rtol=1e-5)  # the empty text is [EOS]
     # The same numbers by hand: tokenise as the training pipeline does (seqio, TF), apply the model.
     tokens = _pipeline_tokens(trained_run / "vocab.model", 0, TEXTS, 8)
-    by_hand = encoder.model.apply({"params": encoder.params}, tokens, method=encoder.model.encode_queries)
+    by_hand = _encode_queries(encoder, tokens)
     np.testing.assert_allclose(q, np.asarray(by_hand), rtol=1e-5, atol=1e-6)
     step_dir = samtone_jax.load(str(trained_run / "checkpoints" / "2"))
     np.testing.assert_array_equal(step_dir.encode_documents(TEXTS), d)
