@@ -14,7 +14,11 @@ vector; backward: the identity, Bengio et al. 2013):
           step, not learned; served are `samtone calibrate`'s over a corpus sample), so Q(q) · Q(d)
           is the int8 index's integer inner product c(q) · c(d), the ranking it serves, over K², a
           constant of the step (the batch's mean code norm) that keeps the scores cosine-sized for
-          the temperature. Backward: through the continuous code (x − min) / step − 128.
+          the temperature. Backward: through the continuous code (x − min) / step − 128, its step
+          floored at SLOPE_FLOOR × the mean step: a dimension nearly constant over the batch's
+          documents (all-MiniLM-L6-v2 has one: a range of 7e-33 over 64 definitions) has a step of
+          ~1e-35, and 1 / step overflowed the gradient's norm to inf, which froze the run (measured:
+          MRR equal to the untrained model's). Its forward codes are unchanged (as served).
 
 L_c is any contrastive loss of losses.py with its ids, guide and sharding unchanged (each Q is per
 row, the int8 ranges a global reduction), so N devices = 1 device and GradCache = plain hold as for
@@ -71,9 +75,15 @@ def code_scale(codes: Sequence[jax.Array | None], axis_name: str | None) -> jax.
     return jax.lax.stop_gradient(jnp.maximum(total / count, 1e-6))
 
 
+SLOPE_FLOOR = 0.1  # the smallest step the backward divides by, as a fraction of the mean step
+
+
 def int8_served(x: jax.Array, codes: jax.Array, ranges: jax.Array, scale: jax.Array) -> jax.Array:
-    """codes / scale forward; backward through the continuous code (x − min) / step − 128."""
-    continuous = (x.astype(jnp.float32) - ranges[0]) / quantization.int8_steps(ranges) - 128.0
+    """codes / scale forward; backward through the continuous code (x − min) / step − 128, with the
+    step floored at SLOPE_FLOOR × the mean step (the module docstring says why)."""
+    steps = quantization.int8_steps(ranges)
+    steps = jnp.maximum(steps, SLOPE_FLOOR * jnp.mean(steps))
+    continuous = (x.astype(jnp.float32) - ranges[0]) / steps - 128.0
     return (straight_through(continuous, codes) / scale).astype(x.dtype)
 
 

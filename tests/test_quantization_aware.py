@@ -58,9 +58,20 @@ def _served_here(q, d, n, precision):
 
 
 def _int8_chain(q, d, n):
-    """d(served)/dx per dimension for int8: the continuous code's slope 1 / step, over K."""
+    """d(served)/dx per dimension for int8: the continuous code's slope 1 / step, over K, with the
+    step floored at a tenth of the mean step (a dimension constant over the documents)."""
     _, scale, step = _int8_here(q, d, n)
-    return 1.0 / (step * scale)
+    return 1.0 / (np.maximum(step, 0.1 * step.mean()) * scale)
+
+
+def _dead_dimension(seed=5):
+    """A batch whose dimension 0 is all but constant over the documents (range 1e-33, as one of
+    all-MiniLM-L6-v2's is): its int8 step is ~4e-36."""
+    q, d, n, *_ = _batch(seed=seed)
+    rng = np.random.RandomState(seed)
+    for x in (q, d, n):
+        x[..., 0] = 1e-33 * rng.uniform(size=x.shape[:-1])
+    return q, d, n
 
 
 def _loss(precisions, weights=None):
@@ -86,9 +97,10 @@ def test_the_loss_is_the_weighted_reference_at_each_served_precision():
 
 
 def test_gradients_pass_straight_through_the_quantizer():
-    """d/dx of L(Q(x)) is (dL/dy)(Q(x)): the gradient of the loss evaluated at the served vectors."""
-    q, d, n, *_ = (jnp.asarray(x) for x in _batch(seed=3))
-    for precision in ("binary", "int8"):
+    """d/dx of L(Q(x)) is (dL/dy)(Q(x)): the gradient of the loss evaluated at the served vectors; int8
+    through the continuous code, also with a dimension constant over the documents (a finite norm)."""
+    for q, d, n, precision in [(*_batch(seed=3)[:3], p) for p in ("binary", "int8")] + [(*_dead_dimension(), "int8")]:
+        q, d, n = (jnp.asarray(x) for x in (q, d, n))
         loss = _loss([precision])
         grads = jax.grad(lambda q, d, n, loss=loss: loss(q, d, negatives=n)[0], (0, 1, 2))(q, d, n)
         served = [jnp.asarray(x, jnp.float32) for x in _served_here(*map(np.asarray, (q, d, n)), precision)]
@@ -100,6 +112,7 @@ def test_gradients_pass_straight_through_the_quantizer():
         for a, b in zip(grads, want, strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=1e-5)
             assert np.abs(np.asarray(a)).max() > 0  # not a stopped gradient
+            assert np.isfinite(np.sum(np.square(np.asarray(a, np.float32))))  # optax.global_norm's sum
 
 
 def test_composed_with_matryoshka_every_dimension_and_precision_is_a_term():
