@@ -51,12 +51,15 @@ class ProgressLogger:
         self.pending = []
         first = fetched[0][0]
         for step, metrics in fetched:
-            if not np.isfinite(metrics["loss"]):
-                raise NonFiniteLossError(
-                    f"loss is {metrics['loss']} at step {step} (checked steps {first}..{fetched[-1][0]}); last good "
-                    f"checkpoint: step {self.checkpointer.latest_step()} in {self.checkpointer.directory}. Lower "
-                    "LEARNING_RATE, raise the temperature, or check the data of those steps."
-                )
+            # A non-finite gradient norm with a finite loss: clipping by it zeroes or NaNs the update,
+            # so the run would go on without moving (a gradient overflowing float32 in its squares).
+            for name in ("loss", "grad_norm"):
+                if name in metrics and not np.isfinite(metrics[name]):
+                    raise NonFiniteLossError(
+                        f"{name} is {metrics[name]} at step {step} (checked steps {first}..{fetched[-1][0]}); last "
+                        f"good checkpoint: step {self.checkpointer.latest_step()} in {self.checkpointer.directory}. "
+                        "Lower LEARNING_RATE, raise the temperature, or check the data of those steps."
+                    )
         step = fetched[-1][0]
         # Over the steps that report a metric (per-task metrics come only from that task's steps).
         names = dict.fromkeys(k for _, m in fetched for k in m)

@@ -21,7 +21,7 @@ from samtone_jax.train_logging import NonFiniteLossError, ProgressLogger
 TARGETS = np.arange(40, dtype=np.float32).reshape(10, 4)  # the toy's "data": one row a step
 
 
-def _toy(seen, nan_at=None, sigterm_at=None):
+def _toy(seen, nan_at=None, sigterm_at=None, inf_grad_at=None):
     """(init_state, batches, step): w moves halfway to each step's target row."""
 
     def init_state(fresh):
@@ -40,7 +40,12 @@ def _toy(seen, nan_at=None, sigterm_at=None):
             loss = loss * jnp.nan
         if number == sigterm_at:
             os.kill(os.getpid(), signal.SIGTERM)
-        return {"step": state["step"] + 1, "params": {"w": w}}, {"loss": loss, "accuracy": jnp.float32(0)}
+        grad_norm = jnp.float32(jnp.inf if number == inf_grad_at else 1.0)
+        return {"step": state["step"] + 1, "params": {"w": w}}, {
+            "loss": loss,
+            "accuracy": jnp.float32(0),
+            "grad_norm": grad_norm,
+        }
 
     return init_state, batches, step
 
@@ -77,13 +82,16 @@ def test_sigterm_stops_at_the_step_boundary_and_the_rerun_ends_where_the_straigh
     assert (tmp_path / "stopped" / "operative_config.gin").exists()
 
 
-def test_a_non_finite_loss_stops_naming_the_last_good_checkpoint(tmp_path, monkeypatch):
+def test_a_non_finite_loss_or_gradient_norm_stops_naming_the_last_good_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "check_existing_run", lambda *a, **k: None)
     with pytest.raises(NonFiniteLossError, match=r"nan at step 5 .*last good checkpoint: step 4"):
         _run(tmp_path / "run", nan_at=5)
     assert _saved(tmp_path / "run") == [2, 4]
     assert not (tmp_path / "run" / "operative_config.gin").exists()  # written by finished runs only
     assert not (tmp_path / "run" / "lock.json").exists()  # released on the way out
+    # A finite loss with an infinite gradient norm (the update clipped to nothing) stops alike.
+    with pytest.raises(NonFiniteLossError, match=r"grad_norm is inf at step 3 .*last good checkpoint: step 2"):
+        _run(tmp_path / "overflow", inf_grad_at=3)
 
 
 def test_a_second_run_in_a_held_model_dir_is_refused(tmp_path, monkeypatch):
