@@ -198,6 +198,8 @@ def summarize(out, evals, architectures, arms, seeds, measures) -> dict:
         averaged = [
             seed_average([evals[arch, arm, s] for s in seeds], f"{out}/averaged/{arch}_{arm}.json") for arm in arms
         ]
+        if len(arms) < 2:  # nothing to compare against
+            continue
         result = compare(averaged, measures=list(measures))
         summary["compare"][arch] = result
         with open(f"{out}/compare_{arch}.txt", "w") as f:
