@@ -112,22 +112,19 @@ def chunked_top_k(
 RESCORE_BATCH = 256  # queries a rescoring step decodes at once: [batch, depth, D] float32 candidates
 
 
-def _rescore(float_queries, corpus, ids, offset, bits, decode):
+def _rescore(float_queries, corpus, ids, offset, bits, ranges):
     """Scores [Q, K'] of the candidates `ids` (global corpus rows) by the float queries [Q, D]
-    against their decoded codes, for the candidates `corpus` (rows offset … offset + len) holds; 0
-    for the others (another shard's: a psum over the shards adds each candidate's score once).
-    int8 codes decode as (c + 128) · steps + mins (`decode`), packed bits as ±1."""
+    against their decoded codes (quantization.decode: int8 codes with their `ranges`, packed bits
+    as ±1), for the candidates `corpus` (rows offset … offset + len) holds; 0 for the others
+    (another shard's: a psum over the shards adds each candidate's score once)."""
+    precision, dim = ("binary", bits) if bits else ("int8", float_queries.shape[1])
 
     def one(args):
         q, rows = args
         local = rows - offset
         held = (local >= 0) & (local < corpus.shape[0])
         codes = corpus[jnp.clip(local, 0, corpus.shape[0] - 1)]  # [K', W]
-        if bits:
-            decoded = quantization.unpack_signs(codes, bits)
-        else:
-            steps, mins = decode
-            decoded = (codes.astype(jnp.float32) + 128) * steps + mins
+        decoded = quantization.decode(codes, precision, dim, ranges)
         return jnp.where(held, decoded @ q, 0.0)
 
     return jax.lax.map(one, (float_queries, ids), batch_size=RESCORE_BATCH)
@@ -150,11 +147,11 @@ def _top_k(
         return chunked_top_k(
             queries, corpus, k, chunk_size, n, recall_target=recall_target, selection=selection, bits=bits
         )
-    float_queries, decode = rescore
+    float_queries, ranges = rescore
     _, ids = chunked_top_k(
         queries, corpus, depth, chunk_size, n, recall_target=recall_target, selection=selection, bits=bits
     )
-    return _best(_rescore(float_queries, corpus, ids, 0, bits, decode), ids, k)
+    return _best(_rescore(float_queries, corpus, ids, 0, bits, ranges), ids, k)
 
 
 @functools.partial(jax.jit, static_argnames=("mesh", *_STATIC))
@@ -172,8 +169,8 @@ def _sharded_top_k(
         scores, ids = _best(scores, ids, first)
         if rescore is None:
             return scores, ids
-        float_queries, decode = rescore  # each shard scores the candidates it holds; the sum has them all
-        return _best(jax.lax.psum(_rescore(float_queries, shard, ids, offset, bits, decode), "data"), ids, k)
+        float_queries, ranges = rescore  # each shard scores the candidates it holds; the sum has them all
+        return _best(jax.lax.psum(_rescore(float_queries, shard, ids, offset, bits, ranges), "data"), ids, k)
 
     return jax.shard_map(local, mesh=mesh, in_specs=(P(), P("data"), P()), out_specs=(P(), P()), check_vma=False)(
         queries, corpus, rescore
@@ -229,10 +226,9 @@ class ExactIndex:
         _use_native(selection, recall_target)  # a bad `selection` fails here, not at the first search
         self.n, self.dim, self.mesh, self.query_batch = len(corpus), bits or corpus.shape[1], mesh, query_batch
         self.dtype, self.bits = corpus.dtype, bits
-        self.decode = None
-        if ranges is not None:  # decoded on the host's arithmetic: (c + 128) · steps + mins
-            quantization.check_ranges(ranges, self.dim)
-            self.decode = (quantization.int8_steps(np.asarray(ranges)), np.asarray(ranges, np.float32)[0])
+        self.ranges = None if ranges is None else jnp.asarray(ranges, jnp.float32)  # int8 codes' (to decode)
+        if ranges is not None:
+            quantization.check_ranges(self.ranges, self.dim)
         devices = 1 if mesh is None else mesh.shape["data"]
         chunk_size = chunk_size or auto_chunk_size(query_batch, self.dim)
         self.chunk_size = max(1, min(chunk_size, -(-self.n // devices)))
@@ -274,7 +270,7 @@ class ExactIndex:
         for start in range(0, len(queries), self.query_batch):
             batch = jnp.asarray(queries[start : start + self.query_batch])
             if float_queries is not None:
-                options["rescore"] = (jnp.asarray(float_queries[start : start + self.query_batch]), self.decode)
+                options["rescore"] = (jnp.asarray(float_queries[start : start + self.query_batch]), self.ranges)
             s, i = self._search(batch, self.corpus, k, self.chunk_size, **options)
             out_scores.append(np.asarray(s))
             out_ids.append(np.asarray(i))
@@ -289,7 +285,7 @@ class ExactIndex:
             raise BadValueError(f"rescoring needs float queries [{count}, {self.dim}], got {float_queries.shape}")
         if self.dtype == np.float32:
             raise BadValueError("rescoring re-ranks an int8 / binary index; this one is float32")
-        if self.dtype == np.int8 and self.decode is None:
+        if self.dtype == np.int8 and self.ranges is None:
             raise BadValueError("rescoring an int8 index decodes its codes: build the ExactIndex with their ranges")
         return float_queries
 
