@@ -3,7 +3,8 @@ without rescoring the top 100·R by the float query), ours (evaluation/compresse
 search.ExactIndex), one run on the same vectors.
 
 Vectors: random unit vectors with a shared low-rank structure (queries are noisy copies of corpus
-rows, so the float32 top 10 is meaningful), float32, on the CPU. Per precision: bytes a document,
+rows, so the float32 top 10 is meaningful), float32, on JAX's default device (the CPU here; a GPU or
+TPU where one is). Per precision: bytes a document,
 the index's bytes, queries/s of `compressed_top_k` once compiled (median of --repeats after a
 warm-up; rescoring included), the ratio to float32's queries/s, and recall@10 of the float32 top 10.
 
@@ -13,6 +14,7 @@ arithmetic; on TPU / GPU the same program reads 4× / 32× fewer bytes from HBM.
 
   .venv/bin/python benchmarks/compressed_search_bench.py                    # 1,000,000 x 384, 1,000 queries
   .venv/bin/python benchmarks/compressed_search_bench.py --corpus 100000    # a quick look
+  python3 benchmarks/compressed_search_bench.py --queries 10000 --chunk_size 131072   # on a GPU
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from samtone_jax import quantization  # noqa: E402
@@ -37,6 +40,15 @@ def structured(rng, n: int, d: int, rank: int = 32) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+def corpus_and_queries(n: int, queries: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """A structured corpus [n, d] and unit queries [queries, d], each a noisy copy of a corpus row (seed 0)."""
+    rng = np.random.default_rng(0)
+    corpus = structured(rng, n, d)
+    picked = rng.choice(n, queries, replace=False)
+    noisy = corpus[picked] + 0.05 * rng.standard_normal((queries, d), dtype=np.float32)
+    return corpus, noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=int, default=1_000_000)
@@ -45,14 +57,15 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=100)
     parser.add_argument("--rescore", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--chunk_size", type=int, default=None, help="corpus rows a scan step scores")
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    corpus = structured(rng, args.corpus, args.dim)
-    picked = rng.choice(args.corpus, args.queries, replace=False)
-    noisy = corpus[picked] + 0.05 * rng.standard_normal((args.queries, args.dim), dtype=np.float32)
-    queries = noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
+    corpus, queries = corpus_and_queries(args.corpus, args.queries, args.dim)
     ranges = quantization.int8_ranges(corpus[np.linspace(0, args.corpus - 1, 10000).astype(int)])
-    print(f"corpus {args.corpus:,} x {args.dim}, {args.queries:,} queries, top {args.k}; CPU, one device")
+    device = jax.devices()[0]
+    print(
+        f"corpus {args.corpus:,} x {args.dim}, {args.queries:,} queries, top {args.k}; "
+        f"one {device.platform} device ({device.device_kind}), jax {jax.__version__}, chunk {args.chunk_size or 'auto'}"
+    )
     print(f"{'index':22s} {'bytes/doc':>9s} {'index MB':>9s} {'queries/s':>10s} {'vs float32':>10s} {'recall@10':>9s}")
     truth, base = None, None
     for precision, factor in (
@@ -65,7 +78,14 @@ def main() -> None:
 
         def run(precision=precision, factor=factor):
             return compressed.compressed_top_k(
-                queries, corpus, precision, k=args.k, ranges=ranges, rescore_factor=factor, query_batch=args.queries
+                queries,
+                corpus,
+                precision,
+                k=args.k,
+                ranges=ranges,
+                rescore_factor=factor,
+                query_batch=args.queries,
+                chunk_size=args.chunk_size,
             )
 
         run()  # compiles

@@ -309,3 +309,47 @@ def test_a_sampled_collection_keeps_its_queries_gold_documents_and_an_even_sampl
     assert full.sample() == dataclasses.replace(full, queries={q: queries[q] for q in sorted(qrels)}, qrels=qrels)
     with pytest.raises(BadValueError, match="must be ≥ 0"):
         full.sample(candidates=-1)
+
+
+def _dot_precisions(fn, *args) -> list[str]:
+    """The precision of every dot_general in fn's jaxpr (nested jaxprs included), by its printout."""
+    import re
+
+    params = [
+        re.match(r"(.*?)\n\s*\]", block, re.S).group(1)
+        for block in str(jax.make_jaxpr(fn)(*args)).split("dot_general[")[1:]
+    ]
+    return [m.group(1) if (m := re.search(r"precision=(\S+)", p)) else "DEFAULT" for p in params]
+
+
+def test_float_search_and_rescoring_multiply_at_full_float32_on_every_platform():
+    # The CPU computes float32 dots in float32 whatever the precision says, so this cannot be seen in
+    # scores here; on TPU (one bfloat16 pass) and NVIDIA GPUs (TF32) the default precision ranked by
+    # rounded scores. Every dot over float rows must ask for HIGHEST; integer codes need not.
+    from samtone_jax import quantization
+
+    rng = np.random.default_rng(0)
+    queries, corpus = rng.standard_normal((4, 16), dtype=np.float32), rng.standard_normal((64, 16), dtype=np.float32)
+    float_dots = _dot_precisions(lambda q, c: search.chunked_top_k(q, c, 5, 16, 64, selection="lax"), queries, corpus)
+    scaled = _dot_precisions(
+        lambda q, c, s: search.chunked_top_k(q, c, 5, 16, 64, selection="lax", scale=s),
+        queries,
+        corpus.astype(np.int8),
+        np.ones(64, np.float32),
+    )
+    assert float_dots and scaled
+    assert all("HIGHEST" in p for p in float_dots + scaled), float_dots + scaled
+    ranges = quantization.int8_ranges(corpus)
+    codes, query_codes = quantization.encode(corpus, "int8", ranges), quantization.encode(queries, "int8", ranges)
+    int_dots = _dot_precisions(
+        lambda q, c: search.chunked_top_k(q, c, 5, 16, 64, selection="lax"), query_codes.astype(np.float32), codes
+    )
+    assert int_dots and not any("HIGHEST" in p for p in int_dots)  # exact anyway: no slower passes
+    index = search.ExactIndex(codes, chunk_size=16, query_batch=4, ranges=ranges)
+    rescore = _dot_precisions(
+        lambda q, c, f: search._top_k(q, c, 5, 16, 64, selection="lax", rescore=(f, index.ranges), depth=20),
+        query_codes.astype(np.float32),
+        index.corpus,
+        queries,
+    )
+    assert sum("HIGHEST" in p for p in rescore) == 1, rescore  # the rescoring's float dot, not the int8 scan's

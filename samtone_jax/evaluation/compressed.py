@@ -69,10 +69,12 @@ def compressed_top_k(
     rescore_factor: int = 0,
     mesh=None,
     query_batch: int = 1024,
+    chunk_size: int | None = None,
 ) -> CompressedSearch:
     """Float embeddings queries [Q, D] and corpus [N, D] searched at `precision` (float32, int8 with
     `ranges` [2, D] — quantization.int8_ranges of a calibration sample —, binary); `rescore_factor`
-    R > 0 (int8 / binary): the top k · R re-ranked by the float queries."""
+    R > 0 (int8 / binary): the top k · R re-ranked by the float queries. `chunk_size`: corpus rows a
+    scan step scores (None: search.auto_chunk_size, tuned for a CPU's cache)."""
     quantization.check_precision(precision, "evaluate.precisions entry")
     if rescore_factor < 0:
         raise BadValueError(f"evaluate.rescore must be >= 0 (0: no rescoring), got {rescore_factor}")
@@ -83,7 +85,12 @@ def compressed_top_k(
     query_codes = quantization.encode(np.asarray(queries, np.float32), precision, ranges)
     bits = dim if precision == "binary" else None
     index = search.ExactIndex(
-        codes, mesh, query_batch=query_batch, bits=bits, ranges=ranges if precision == "int8" else None
+        codes,
+        mesh,
+        chunk_size=chunk_size,
+        query_batch=query_batch,
+        bits=bits,
+        ranges=ranges if precision == "int8" else None,
     )
     queries = np.asarray(queries, np.float32)
 

@@ -24,6 +24,13 @@ from samtone_jax import quantization
 from samtone_jax.errors import BadValueError
 from samtone_jax.evaluation import native_top_k
 
+# Float scores at full float32 precision on every platform. Without it an f32 matmul runs at JAX's
+# default, which "leans toward speed" (docs.jax.dev, Matmul precision): one bfloat16 pass on TPU
+# (8-bit mantissas), TF32 on NVIDIA GPUs since Ampere (10 bits), so "exact" search ranked by rounded
+# scores and could swap near-tied documents. On the CPU both are float32 (nothing changes there);
+# benchmarks/search_precision_check.py measures the difference on an accelerator.
+EXACT = jax.lax.Precision.HIGHEST
+
 
 def _select(scores, k: int, recall_target: float | None):
     """(values, positions) of the k largest per row: exact, or TPU's approximate partial reduction."""
@@ -90,11 +97,14 @@ def chunked_top_k(
         return native_top_k.merge(scores, start, best_scores, best_ids, n)
 
     native = _use_native(selection, recall_target)
+    # Integer codes (±1 bits; int8 codes, whose queries are int8 codes too) are exact at any matmul
+    # precision; float rows are multiplied at full float32 (see EXACT).
+    precision = None if bits or (corpus.dtype == jnp.int8 and scale is None) else EXACT
 
     def merge(carry, x):
         chunk, chunk_scale, start = x
         rows = quantization.unpack_signs(chunk, bits) if bits else chunk.astype(jnp.float32)
-        scores = jnp.einsum("qd,cd->qc", queries, rows, preferred_element_type=jnp.float32)
+        scores = jnp.einsum("qd,cd->qc", queries, rows, precision=precision, preferred_element_type=jnp.float32)
         if scale is not None:
             scores = scores * chunk_scale[None, :]
         args = (scores, offset + start, *carry)
@@ -125,7 +135,7 @@ def _rescore(float_queries, corpus, ids, offset, bits, ranges):
         held = (local >= 0) & (local < corpus.shape[0])
         codes = corpus[jnp.clip(local, 0, corpus.shape[0] - 1)]  # [K', W]
         decoded = quantization.decode(codes, precision, dim, ranges)
-        return jnp.where(held, decoded @ q, 0.0)
+        return jnp.where(held, jnp.matmul(decoded, q, precision=EXACT), 0.0)
 
     return jax.lax.map(one, (float_queries, ids), batch_size=RESCORE_BATCH)
 
