@@ -345,6 +345,10 @@ def test_float_search_and_rescoring_multiply_at_full_float32_on_every_platform()
         lambda q, c: search.chunked_top_k(q, c, 5, 16, 64, selection="lax"), query_codes.astype(np.float32), codes
     )
     assert int_dots and not any("HIGHEST" in p for p in int_dots)  # exact anyway: no slower passes
+    adore = _dot_precisions(
+        lambda q, c: search.chunked_top_k(q, c, 5, 16, 64, selection="lax", exact=False), queries, corpus
+    )
+    assert adore and not any("HIGHEST" in p for p in adore)  # ADORE's negatives: its loss's precision
     index = search.ExactIndex(codes, chunk_size=16, query_batch=4, ranges=ranges)
     rescore = _dot_precisions(
         lambda q, c, f: search._top_k(q, c, 5, 16, 64, selection="lax", rescore=(f, index.ranges), depth=20),

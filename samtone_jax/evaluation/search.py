@@ -68,6 +68,7 @@ def chunked_top_k(
     selection: str = "auto",
     scale=None,
     bits: int | None = None,
+    exact: bool = True,
 ):
     """Top-k over `corpus` rows (global ids offset + row; rows with id >= n are padding).
 
@@ -81,6 +82,8 @@ def chunked_top_k(
 
     selection 'auto' merges each chunk with the native kernel on CPU devices (native_top_k.py) when
     it is built, else with lax.top_k; 'lax' always uses lax.top_k; 'native' fails if it is not built.
+    `exact` False scores float rows at the platform's default matmul precision (see EXACT): for
+    callers that rank by scores computed that way anyway (ADORE's loss).
     """
     chunks = corpus.reshape(-1, chunk_size, corpus.shape[1])
     init = (jnp.full((queries.shape[0], k), -jnp.inf, jnp.float32), jnp.full((queries.shape[0], k), -1, jnp.int32))
@@ -99,7 +102,7 @@ def chunked_top_k(
     native = _use_native(selection, recall_target)
     # Integer codes (±1 bits; int8 codes, whose queries are int8 codes too) are exact at any matmul
     # precision; float rows are multiplied at full float32 (see EXACT).
-    precision = None if bits or (corpus.dtype == jnp.int8 and scale is None) else EXACT
+    precision = None if not exact or bits or (corpus.dtype == jnp.int8 and scale is None) else EXACT
 
     def merge(carry, x):
         chunk, chunk_scale, start = x

@@ -77,7 +77,9 @@ def adore_loss_local(
 
     # 2. the global top-k, without gradient.
     frozen_q = jax.lax.stop_gradient(q_all)
-    top_scores, top_ids = chunked_top_k(frozen_q, index, k, chunk_size, n, offset, scale=scale)  # chunk by chunk
+    # Chunk by chunk, at the matmul precision of the candidates' scores below (the platform's default:
+    # the hot path of a training step; the negatives need no float32-exact order).
+    top_scores, top_ids = chunked_top_k(frozen_q, index, k, chunk_size, n, offset, scale=scale, exact=False)
     top_scores = jax.lax.all_gather(top_scores, axis_name, axis=1, tiled=True)
     top_ids = jax.lax.all_gather(top_ids, axis_name, axis=1, tiled=True)
     _, where = jax.lax.top_k(top_scores, k)
