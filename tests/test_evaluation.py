@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import require_compiler
@@ -312,14 +313,19 @@ def test_a_sampled_collection_keeps_its_queries_gold_documents_and_an_even_sampl
 
 
 def _dot_precisions(fn, *args) -> list[str]:
-    """The precision of every dot_general in fn's jaxpr (nested jaxprs included), by its printout."""
-    import re
+    """The precision of every dot_general fn runs (nested jaxprs too: jit, scan, shard_map, map)."""
 
-    params = [
-        re.match(r"(.*?)\n\s*\]", block, re.S).group(1)
-        for block in str(jax.make_jaxpr(fn)(*args)).split("dot_general[")[1:]
-    ]
-    return [m.group(1) if (m := re.search(r"precision=(\S+)", p)) else "DEFAULT" for p in params]
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                yield str(eqn.params["precision"])
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, tuple) else (value,):
+                    inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's jaxpr, or a Jaxpr itself
+                    if hasattr(inner, "eqns"):
+                        yield from walk(inner)
+
+    return list(walk(jax.make_jaxpr(fn)(*args).jaxpr))
 
 
 def test_float_search_and_rescoring_multiply_at_full_float32_on_every_platform():
@@ -330,30 +336,38 @@ def test_float_search_and_rescoring_multiply_at_full_float32_on_every_platform()
 
     rng = np.random.default_rng(0)
     queries, corpus = rng.standard_normal((4, 16), dtype=np.float32), rng.standard_normal((64, 16), dtype=np.float32)
-    float_dots = _dot_precisions(lambda q, c: search.chunked_top_k(q, c, 5, 16, 64, selection="lax"), queries, corpus)
+    ranges = quantization.int8_ranges(corpus)
+    mesh = partitioning.create_mesh(num_devices=4)
+
+    def dots(corpus, queries, mesh=None, **options):
+        """The dots of ExactIndex(corpus).search(queries) (sharded with `mesh`), as compiled."""
+        bits = 16 if corpus.dtype == np.uint8 else None
+        index = search.ExactIndex(
+            corpus, mesh, chunk_size=8, query_batch=4, bits=bits, ranges=options.pop("ranges", None)
+        )
+        rows = jnp.asarray(index._as_rows(queries))
+        if "float_queries" in options:
+            options = {"rescore": (jnp.asarray(options.pop("float_queries")), index.ranges), "depth": 20}
+        return _dot_precisions(lambda q, c: index._search(q, c, 5, index.chunk_size, **options), rows, index.corpus)
+
+    codes, query_codes = quantization.encode(corpus, "int8", ranges), quantization.encode(queries, "int8", ranges)
+    bits, query_bits = quantization.encode(corpus, "binary"), quantization.encode(queries, "binary")
+    for where in (None, mesh):
+        float_dots = dots(corpus, queries, where) + dots(corpus.astype(jnp.bfloat16), queries, where)
+        assert len(float_dots) == 2 and all("HIGHEST" in p for p in float_dots), float_dots
+        integer_dots = dots(codes, query_codes, where) + dots(bits, query_bits, where)
+        assert len(integer_dots) == 2 and not any("HIGHEST" in p for p in integer_dots), integer_dots  # exact anyway
+        for compressed, compressed_queries, extra in ((codes, query_codes, {"ranges": ranges}), (bits, query_bits, {})):
+            rescoring = dots(compressed, compressed_queries, where, float_queries=queries, **extra)
+            assert sorted("HIGHEST" in p for p in rescoring) == [False, True], rescoring  # the float re-rank's dot
     scaled = _dot_precisions(
         lambda q, c, s: search.chunked_top_k(q, c, 5, 16, 64, selection="lax", scale=s),
         queries,
-        corpus.astype(np.int8),
+        codes,
         np.ones(64, np.float32),
     )
-    assert float_dots and scaled
-    assert all("HIGHEST" in p for p in float_dots + scaled), float_dots + scaled
-    ranges = quantization.int8_ranges(corpus)
-    codes, query_codes = quantization.encode(corpus, "int8", ranges), quantization.encode(queries, "int8", ranges)
-    int_dots = _dot_precisions(
-        lambda q, c: search.chunked_top_k(q, c, 5, 16, 64, selection="lax"), query_codes.astype(np.float32), codes
-    )
-    assert int_dots and not any("HIGHEST" in p for p in int_dots)  # exact anyway: no slower passes
+    assert len(scaled) == 1 and "HIGHEST" in scaled[0], scaled  # an int8 corpus times float row scales
     adore = _dot_precisions(
         lambda q, c: search.chunked_top_k(q, c, 5, 16, 64, selection="lax", exact=False), queries, corpus
     )
-    assert adore and not any("HIGHEST" in p for p in adore)  # ADORE's negatives: its loss's precision
-    index = search.ExactIndex(codes, chunk_size=16, query_batch=4, ranges=ranges)
-    rescore = _dot_precisions(
-        lambda q, c, f: search._top_k(q, c, 5, 16, 64, selection="lax", rescore=(f, index.ranges), depth=20),
-        query_codes.astype(np.float32),
-        index.corpus,
-        queries,
-    )
-    assert sum("HIGHEST" in p for p in rescore) == 1, rescore  # the rescoring's float dot, not the int8 scan's
+    assert len(adore) == 1 and "HIGHEST" not in adore[0], adore  # ADORE's negatives: its loss's precision

@@ -100,8 +100,9 @@ def chunked_top_k(
         return native_top_k.merge(scores, start, best_scores, best_ids, n)
 
     native = _use_native(selection, recall_target)
-    # Integer codes (±1 bits; int8 codes, whose queries are int8 codes too) are exact at any matmul
-    # precision; float rows are multiplied at full float32 (see EXACT).
+    # Integer codes (±1 bits; int8 codes, whose queries must be int8 codes too: ExactIndex checks) are
+    # exact at any matmul precision for D <= 1024 (partial sums below 2^24); float rows are multiplied
+    # at full float32 (see EXACT).
     precision = None if not exact or bits or (corpus.dtype == jnp.int8 and scale is None) else EXACT
 
     def merge(carry, x):
