@@ -2,14 +2,14 @@
 WordNet with SamToNe (query side), the budget of pretrained_peer.py (batch 64, 200 steps, AdamW with
 transformers' settings, τ 0.05, 3 seeds, the same batches per seed).
 
-  full        every parameter trained, lr 5e-5 (pretrained_peer.py's samtone_query arm; --full_from
-              reuses those runs, copied)
+  full        every parameter trained, lr 5e-5 (pretrained_peer.py's samtone_query arm), with
+              train.ema_decay 0.99 tracked beside it
   lora8       LoRA rank 8 on every attention and MLP projection (sde: one adapter), the projection
               trained too, the tower frozen; lr --lora_learning_rate (LoRA's usual 10x)
   lora32      the same at rank 32
   ade_lora8   one frozen tower, a rank-8 adapter per side, one shared projection
-  ema         full with train.ema_decay 0.99, evaluated with the moving average (--weights=ema); its
-              raw weights are evaluated too (they must equal full's: the average does not train)
+  ema         full's moving average, evaluated from the same run (--weights=ema): the average does not
+              train, so one run gives both rows (the raw weights equal an untracked run's: measured)
   soup        the uniform soup of full's 3 seeds (`samtone average`), one model
 
 Reported: per arm mean ± std of P@1 and MRR over seeds, a paired randomisation test of every arm
@@ -17,7 +17,7 @@ against full on the seed-averaged per-query scores, the soup against the seed av
 and per arm its trained parameters and AdamW state (two float32 moments a trained parameter).
 Resumable (a finished arm's eval JSON is reused).
 
-  .venv/bin/python experiments/cheaper_weights.py --out runs/cheaper_weights --full_from runs/peer_wordnet
+  .venv/bin/python experiments/cheaper_weights.py --out runs/cheaper_weights
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
 
 from common import existing_eval, experiment_parser, parse_into_folder, samtone, summarize
@@ -34,11 +33,10 @@ from pretrained_peer import TASKS, import_minilm, train_ours
 
 LOSS = "losses/samtone_query.gin"
 ARMS = {  # arm -> (extra train flags, uses the LoRA learning rate)
-    "full": ([], False),
+    "full": (["--gin.train.ema_decay=0.99"], False),
     "lora8": (["--gin.DualEncoder.lora_rank=8"], True),
     "lora32": (["--gin.DualEncoder.lora_rank=32"], True),
     "ade_lora8": (["--gin.DualEncoder.architecture='ade_lora'", "--gin.DualEncoder.lora_rank=8"], True),
-    "ema": (["--gin.train.ema_decay=0.99"], False),
 }
 MEASURES = ("P@1", "RR")
 
@@ -65,7 +63,6 @@ def main():
     parser.set_defaults(steps=200, learning_rate=5e-5)
     parser.add_argument("--lora_learning_rate", type=float, default=5e-4)
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--full_from", default=None, help="a pretrained_peer.py folder with samtone_query runs")
     args, out = parse_into_folder(parser)
     args.task = "wordnet_definitions"
     _, _, split, sample = TASKS[args.task]
@@ -81,9 +78,6 @@ def main():
         for arm in args.arms:
             name = f"{arm}_seed{seed}"
             model_dir = f"{out}/{name}"
-            earlier = f"{args.full_from}/samtone_query_seed{seed}" if args.full_from else None
-            if arm == "full" and earlier and not os.path.isdir(model_dir) and existing_eval(earlier):
-                shutil.copytree(earlier, model_dir)
             if existing_eval(model_dir) is None:
                 print(f"{name}:", flush=True)
                 extra, lora = ARMS[arm]
@@ -92,15 +86,13 @@ def main():
                 )
                 train_ours(out, name, init, budget, seed, LOSS, extra)
                 evaluate(model_dir, name)
-            if arm == "ema":  # the moving average's record beside the raw weights' (..._ema[_q<N>_c<M>].json)
+            evals["minilm", arm, seed] = existing_eval(model_dir)
+            if arm == "full":  # the moving average's record beside the raw weights' (..._ema[_q<N>_c<M>].json)
                 if ema_record(model_dir) is None:
                     evaluate(model_dir, name, "ema")
-                evals["minilm", "ema_raw", seed] = existing_eval(model_dir)
                 evals["minilm", "ema", seed] = ema_record(model_dir)
-            else:
-                evals["minilm", arm, seed] = existing_eval(model_dir)
             sizes[arm] = trained_parameters(model_dir, args.steps)
-    arms = [a for a in args.arms if a != "ema"] + (["ema", "ema_raw"] if "ema" in args.arms else [])
+    arms = [*args.arms, *(["ema"] if "full" in args.arms else [])]
     summary = summarize(out, evals, ["minilm"], arms, args.seeds, MEASURES)
     summary["trained_parameters"] = sizes
     summary["adamw_state_mib"] = {arm: 2 * 4 * n / 2**20 for arm, n in sizes.items()}
