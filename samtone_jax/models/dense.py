@@ -24,8 +24,41 @@ def low_rank(x, adapter, name: str, dtype, in_dims: int = 1):
     alpha / rank; models/lora.Adapter), or 0.0 when the kernel is not adapted."""
     if adapter is None or name not in adapter:
         return 0.0
-    a, b = adapter[name]["a"], adapter[name]["b"]
-    return dense(dense(x.astype(dtype), a.astype(dtype), in_dims), b.astype(dtype))
+    a, b = adapter[name]["a"].astype(dtype), adapter[name]["b"].astype(dtype)
+    in_shape, out_shape = a.shape[:in_dims], b.shape[1:]
+    lead = x.shape[: x.ndim - in_dims]
+    flat = x.astype(dtype).reshape(-1, int(np.prod(in_shape)))
+    y = _low_rank_2d(flat, a.reshape(flat.shape[1], -1), b.reshape(b.shape[0], -1))
+    return y.reshape(*lead, *out_shape)
+
+
+@jax.custom_vjp
+def _low_rank_2d(x, a, b):
+    """(x [T, in] · a [in, r]) · b [r, out], with a backward whose every dot reads the incoming
+    cotangent g [T, out] as it is laid out.
+
+    Autodiff's b gradient, h^T g, is a dot that XLA:CPU feeds a transposed copy of g; under the vmap
+    that draws each example's dropout (batch_embeddings.embed), XLA fused the whole producer of g
+    (the LayerNorm backwards of the layers above, ~500 instructions a copy) into those copies:
+    0.4 s each, and all-MiniLM-L6-v2's LoRA step ran 2.2x slower than full fine-tuning
+    (benchmarks/lora_step_bench.py). Here b's gradient is (g^T h)^T: g is the dot's left operand,
+    contracted over its rows as stored, and only the small [T, r] operands are transposed."""
+    return (x @ a) @ b
+
+
+def _low_rank_fwd(x, a, b):
+    h = x @ a
+    return h @ b, (x, a, b, h)
+
+
+def _low_rank_bwd(saved, g):
+    x, a, b, h = saved
+    rows = (((0,), (0,)), ((), ()))  # contract the T rows of both operands
+    u = g @ b.T  # [T, r]
+    return u @ a.T, jax.lax.dot_general(x, u, rows), jax.lax.dot_general(g, h, rows).T
+
+
+_low_rank_2d.defvjp(_low_rank_fwd, _low_rank_bwd)
 
 
 def sub(adapter, key: str):
