@@ -291,7 +291,7 @@ def test_a_lora_run_needs_its_base_named_and_a_checkpoint_without_one_is_refused
         reader.with_base(trained, model, tmp_path)
 
 
-@pytest.mark.parametrize("in_dims, in_shape, out_shape", [(1, (6,), (3, 4)), (2, (3, 4), (6,))])
+@pytest.mark.parametrize("in_dims, in_shape, out_shape", [(1, (6,), (3, 4)), (2, (3, 4), (6,)), (2, (3, 4), (2, 3))])
 def test_the_low_rank_terms_gradient_equals_autodiff_of_b_a_x_plain_and_per_example(in_dims, in_shape, out_shape):
     # dense.low_rank's hand-written backward (every dot reads the cotangent as laid out) against
     # jax.grad of the plain product, for a batch and under the per-example vmap training encodes with.

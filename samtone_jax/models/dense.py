@@ -42,7 +42,8 @@ def _low_rank_2d(x, a, b):
     (the LayerNorm backwards of the layers above, ~500 instructions a copy) into those copies:
     0.4 s each, and all-MiniLM-L6-v2's LoRA step ran 2.2x slower than full fine-tuning
     (benchmarks/lora_step_bench.py). Here b's gradient is (g^T h)^T: g is the dot's left operand,
-    contracted over its rows as stored, and only the small [T, r] operands are transposed."""
+    contracted over its rows as stored, and only the small [T, r] operands are transposed.
+    Reverse mode only: jax.jvp / jacfwd of it raise (nothing here uses forward mode)."""
     return (x @ a) @ b
 
 
