@@ -7,16 +7,21 @@ import jax
 import numpy as np
 
 
+def _on_rows(x: jax.Array, in_dims: int, out_shape: tuple, product) -> jax.Array:
+    """x [..., *in] flattened to rows [tokens, in], `product`(rows) -> [tokens, prod(out)], and the
+    result shaped back to [..., *out]."""
+    lead = x.shape[: x.ndim - in_dims]
+    rows = x.reshape(-1, int(np.prod(x.shape[x.ndim - in_dims :])))
+    return product(rows).reshape(*lead, *out_shape)
+
+
 def dense(x: jax.Array, kernel: jax.Array, in_dims: int = 1) -> jax.Array:
     """x [..., *in] · kernel [*in, *out] -> [..., *out] as one 2-D matmul [tokens, in] · [in, out].
 
     Same result as the einsum; XLA:CPU compiles the 2-D form's backward without the transposing
     fusions that the batched 3-D einsum gets (1.7x faster for the gated MLP, forward + backward).
     """
-    in_shape, out_shape = kernel.shape[:in_dims], kernel.shape[in_dims:]
-    lead = x.shape[: x.ndim - in_dims]
-    flat = x.reshape(-1, int(np.prod(in_shape))) @ kernel.reshape(int(np.prod(in_shape)), -1)
-    return flat.reshape(*lead, *out_shape)
+    return _on_rows(x, in_dims, kernel.shape[in_dims:], lambda rows: rows @ kernel.reshape(rows.shape[1], -1))
 
 
 def low_rank(x, adapter, name: str, dtype, in_dims: int = 1):
@@ -25,11 +30,11 @@ def low_rank(x, adapter, name: str, dtype, in_dims: int = 1):
     if adapter is None or name not in adapter:
         return 0.0
     a, b = adapter[name]["a"].astype(dtype), adapter[name]["b"].astype(dtype)
-    in_shape, out_shape = a.shape[:in_dims], b.shape[1:]
-    lead = x.shape[: x.ndim - in_dims]
-    flat = x.astype(dtype).reshape(-1, int(np.prod(in_shape)))
-    y = _low_rank_2d(flat, a.reshape(flat.shape[1], -1), b.reshape(b.shape[0], -1))
-    return y.reshape(*lead, *out_shape)
+
+    def product(rows):
+        return _low_rank_2d(rows, a.reshape(rows.shape[1], -1), b.reshape(b.shape[0], -1))
+
+    return _on_rows(x.astype(dtype), in_dims, b.shape[1:], product)
 
 
 @jax.custom_vjp
@@ -40,9 +45,10 @@ def _low_rank_2d(x, a, b):
     Autodiff's b gradient, h^T g, is a dot that XLA:CPU feeds a transposed copy of g; under the vmap
     that draws each example's dropout (batch_embeddings.embed), XLA fused the whole producer of g
     (the LayerNorm backwards of the layers above, ~500 instructions a copy) into those copies:
-    0.4 s each, and all-MiniLM-L6-v2's LoRA step ran 2.2x slower than full fine-tuning
-    (benchmarks/lora_step_bench.py). Here b's gradient is (g^T h)^T: g is the dot's left operand,
-    contracted over its rows as stored, and only the small [T, r] operands are transposed.
+    up to 0.45 s each, and all-MiniLM-L6-v2's packed LoRA-32 step took 1.90x full fine-tuning's
+    time (docs/BENCHMARKS.md, benchmarks/lora_step_bench.py). Here b's gradient is (g^T h)^T: g is
+    the dot's left operand, contracted over its rows as stored, and only the small [T, r] operands
+    are transposed.
     Reverse mode only: jax.jvp / jacfwd of it raise (nothing here uses forward mode)."""
     return (x @ a) @ b
 
