@@ -16,9 +16,13 @@ and significantly above post-hoc binary; int8 ≥ 99.5 %. Resumable.
 held-out queries among 20,000 definitions), 384 dimensions, truncated to 128; `--posthoc_from
 runs/peer_wordnet` reuses pretrained_peer.py's samtone_query runs (copied) instead of training them.
 
---tower t5: the T5 mini SDE from scratch on MultiReQA-SQuAD dev (the Matryoshka experiment's budget:
-d_model 64, no projection, 300 steps × 64, Adafactor 1e-2, warm-up 50; 2,000 test questions against
-all 10,642 sentences), 64 dimensions, truncated to 32.
+--tower t5: the T5 mini SDE on MultiReQA-SQuAD dev (2,000 test questions against all 10,642
+sentences), 64 dimensions, truncated to 32. As MiniLM's arms fine-tune a pretrained model, T5's
+fine-tune a float32 run: per seed, `float_seed<S>` trains from scratch with the Matryoshka
+experiment's budget (d_model 64, no projection, 300 steps × 64, Adafactor 1e-2, warm-up 50), and
+every arm (posthoc included: the same steps, float32 only) continues from its last checkpoint for
+--steps (default 150) more. int8-aware training from a random initialisation collapses the
+embeddings (quantization_aware.py; refused by `samtone train`).
 
   export SAMTONE_DATA_DIR=../shared/data
   .venv/bin/python experiments/compressed_serving.py --out runs/compressed_serving --posthoc_from runs/peer_wordnet
@@ -42,8 +46,9 @@ ARMS = {
 }
 TOWERS = {  # tower -> (task, eval split, full dimension, truncated dimension, budget: steps, learning rate)
     "minilm": ("wordnet_definitions", TASKS["wordnet_definitions"][2], 384, 128, 200, 5e-5),
-    "t5": ("multireqa_squad_dev", "test", 64, 32, 300, 1e-2),
+    "t5": ("multireqa_squad_dev", "test", 64, 32, 150, 1e-2),
 }
+T5_BASE_STEPS = 300  # the float32 run each T5 arm fine-tunes
 PRECISIONS = ("", "_int8", "_int8_rescore4", "_binary", "_binary_rescore4")  # eval record suffixes
 
 
@@ -53,6 +58,19 @@ def variants(truncated: int) -> list[str]:
 
 
 MEASURES = ("RR", "P@1", "nDCG@10")
+
+
+def train_t5(out, name, vocab, task, steps, seed, args, extra=()) -> str:
+    """`samtone train` of the T5 mini SDE `name` (skipped when its last checkpoint exists); its folder."""
+    model_dir = f"{out}/{name}"
+    if not os.path.isdir(f"{model_dir}/checkpoints/{steps}"):
+        budget = [*extra, "--gin.adafactor.warmup_steps=50", f"--gin.train.seed={seed}"]
+        loss = "losses/samtone_query.gin"
+        argv = train_args(
+            model_dir, vocab, task, steps, args.batch, args.learning_rate, loss, budget, temperature=args.temperature
+        )
+        samtone(*argv, log=f"{out}/{name}_train.log")
+    return model_dir
 
 
 def main():
@@ -79,20 +97,17 @@ def main():
                 elif args.tower == "minilm":
                     train_ours(out, name, init, args, seed, "losses/samtone_query.gin", extra)
                 else:
-                    budget = [*extra, "--gin.adafactor.warmup_steps=50", f"--gin.train.seed={seed}"]
-                    loss = "losses/samtone_query.gin"
-                    argv = train_args(
-                        model_dir,
+                    base = train_t5(out, f"float_seed{seed}", vocab, task, T5_BASE_STEPS, seed, args)
+                    train_t5(
+                        out,
+                        name,
                         vocab,
                         task,
                         args.steps,
-                        args.batch,
-                        args.learning_rate,
-                        loss,
-                        budget,
-                        temperature=args.temperature,
+                        seed,
+                        args,
+                        [*extra, f"--gin.train.init_checkpoint='{base}'"],
                     )
-                    samtone(*argv, log=f"{out}/{name}_train.log")
             base = f"{model_dir}/eval/{task}_{split}_step{args.steps}{suffix}"
             if not os.path.exists(f"{base}_dim{truncated}_binary_rescore4.json"):
                 calibration = [f"--task={task}", "--split=train", "--documents=10000", "--dims", f"{truncated},{full}"]
@@ -118,7 +133,7 @@ def main():
     summary = summarize(out, evals, names, list(ARMS), args.seeds, MEASURES)
     summary["budget"] = {
         k: getattr(args, k) for k in ("tower", "steps", "batch", "learning_rate", "temperature", "seeds")
-    }
+    } | ({"float32_steps_before": T5_BASE_STEPS} if args.tower == "t5" else {})
     with open(f"{out}/summary.json", "w") as f:
         json.dump(summary, f, indent=2)
     print(summary["table"])

@@ -310,7 +310,8 @@ def train(
 
     `quantized_precisions` (e.g. ('float32', 'binary')) with optional `quantized_weights`: the
     contrastive loss also on the embeddings as an int8 / binary index serves them, straight-through
-    (quantization_aware.py); with Matryoshka, every (dimension, precision) is a term.
+    (quantization_aware.py); with Matryoshka, every (dimension, precision) is a term. With 'int8',
+    train.init_checkpoint is required (a trained float geometry to start from; the module says why).
 
     `ema_decay` d (e.g. 0.999): the parameters' exponential moving average is kept beside them
     (sharded alike, checkpointed, resumed exactly), evaluated beside them by the in-training eval
@@ -325,6 +326,7 @@ def train(
     )
     evaluation = Evaluation(eval_every, eval_split, eval_batches, retrieval_eval_task, retrieval_eval_split)
     spec = InputSpec(vocabulary, query_length, doc_length, num_negatives, teacher_scores, teacher_guide)
+    quantization_aware.check_start(quantized_precisions, init_checkpoint)
     objective = training_loss(
         loss_fn,
         distill_fn,

@@ -15,7 +15,7 @@ from test_losses import reference_loss
 from samtone_jax.errors import BadValueError
 from samtone_jax.losses import contrastive_loss
 from samtone_jax.matryoshka import nested
-from samtone_jax.quantization_aware import aware
+from samtone_jax.quantization_aware import aware, check_start
 
 TAU = 0.05
 SETTING = dict(mode="samtone", same_tower="query", bidirectional=True)
@@ -94,6 +94,8 @@ def test_the_loss_is_the_weighted_reference_at_each_served_precision():
         jnp.asarray(q), jnp.asarray(d), temperature=TAU, negatives=jnp.asarray(n), **SETTING, **ids
     )
     assert float(metrics["accuracy"]) == float(plain_metrics["accuracy"])  # the first precision's metrics
+    step = _int8_here(q, d, n)[2]  # the collapse monitor: the documents' mean per-dimension range
+    np.testing.assert_allclose(float(metrics["quantized/int8_range"]), np.mean(step * 255), rtol=1e-5)
 
 
 def test_gradients_pass_straight_through_the_quantizer():
@@ -171,8 +173,18 @@ def test_bad_settings_are_refused(precisions, weights, match):
         _loss(precisions, weights)
 
 
+def test_int8_awareness_needs_a_trained_start():
+    """int8-aware training from a random initialisation collapses (quantization_aware's docstring):
+    refused without train.init_checkpoint; binary-aware training and a fine-tune are not."""
+    with pytest.raises(BadValueError, match="train.init_checkpoint=<that run>"):
+        check_start(("float32", "int8"), None)
+    check_start(("float32", "int8"), "runs/float_model")
+    check_start(("float32", "binary"), None)
+    check_start(None, None)
+
+
 @pytest.mark.slow
-def test_a_quantization_aware_run_with_grad_cache_logs_each_term(wordnet_env, tmp_path):
+def test_a_quantization_aware_run_with_grad_cache_logs_each_term(wordnet_env, tmp_path, capsys):
     """Through gin and the CLI, with GradCache: the logged loss is the weighted sum of the logged
     terms (the weights reach the loss), and the run equals the same run without GradCache."""
     import tensorflow as tf
@@ -202,3 +214,7 @@ def test_a_quantization_aware_run_with_grad_cache_logs_each_term(wordnet_env, tm
     assert (
         cli.main(tiny_train_argv(tmp_path / "bad", wordnet_env[1], extra=["--gin.train.quantized_weights=(1.0,)"])) == 2
     )
+    int8 = ["--gin.train.quantized_precisions=('float32', 'int8')"]  # from scratch: refused before MODEL_DIR
+    capsys.readouterr()
+    assert cli.main(tiny_train_argv(tmp_path / "int8", wordnet_env[1], extra=int8)) == 2
+    assert "train.init_checkpoint=<that run>" in capsys.readouterr().err and not (tmp_path / "int8").exists()
