@@ -1,6 +1,6 @@
 """What every experiment script shares: running `samtone` subcommands with a log each, arms that
 resume (a finished arm's eval JSON is reused, so a killed experiment reruns only what is missing),
-and the mini T5.1.1-shaped model every CPU experiment trains from scratch."""
+and the mini T5.1.1-shaped model the CPU experiments train from scratch."""
 
 from __future__ import annotations
 

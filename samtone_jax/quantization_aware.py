@@ -24,12 +24,13 @@ int8-aware training needs a trained float geometry to start from (train.init_che
 pretrained import, or a float32 run to fine-tune), and is refused without one. Measured on the T5
 mini SDE from scratch (docs/RESULTS.md): by step 100 of 300 the float32 and binary terms sat at
 chance (4.50, the loss of equal scores) while the int8 term kept falling; the run's documents
-ended on one point (per-dimension std 0.0004, against 0.108 at initialisation and after a float32
+ended on one point (per-dimension std 0.00044, against 0.1075 at initialisation and after a float32
 run), their sign bits constant (binary MRR 0.0014, chance), int8 MRR 0.06 against float32's 0.20.
-The int8 scores, like the int8 index's, are invariant to any per-dimension affine map of the
-documents (the ranges follow the batch), so the int8 term offers no resistance to a collapse; once
+The int8 scores, like the int8 index's, are invariant to any positive per-dimension affine map
+applied to queries and documents alike (the ranges follow the batch's documents, and the queries are
+coded with them), so the int8 term offers no resistance to both collapsing together; once
 the spread shrinks, the float32 and binary terms' gradients shrink with it and the int8 term's do
-not. The same terms fine-tuning a 300-step float32 run (3 seeds) lifted int8 from 84.7 % to 95.6 %
+not. The same terms fine-tuning a 300-step float32 run (3 seeds) lifted int8 from 84.7 % to 95.7 %
 of float32 MRR. The `quantized/int8_range` metric (the batch's mean per-dimension document range)
 shows a collapse as it starts.
 
@@ -112,14 +113,15 @@ def check_precisions(precisions: Sequence[str], weights: Sequence[float] | None)
     return precisions, term_weights(weights, precisions, "train.quantized_weights", "precision of")
 
 
-def check_start(precisions: Sequence[str] | None, init_checkpoint: str | None):
-    """Refuse int8-aware training from a random initialisation (the module docstring says why)."""
-    if precisions and "int8" in precisions and not init_checkpoint:
+def check_start(precisions: Sequence[str] | None, init_checkpoint: str | None, saved_steps: Sequence[int] = ()):
+    """Refuse int8-aware training from a random initialisation (the module docstring says why): it
+    needs train.init_checkpoint, or MODEL_DIR's own `saved_steps` (a run continued with the term)."""
+    if precisions and "int8" in precisions and not init_checkpoint and not saved_steps:
         raise BadValueError(
             "train.quantized_precisions has 'int8', which collapses a randomly initialised model's embeddings "
             "(docs/RESULTS.md, compressed serving on T5): train float32 first (or import a pretrained model), then "
-            "fine-tune it with train.init_checkpoint=<that run> and the int8 term; ('float32', 'binary') may start "
-            "from scratch"
+            "fine-tune it with train.init_checkpoint=<that run> (or continue that run's MODEL_DIR) and the int8 term; "
+            "('float32', 'binary') may start from scratch"
         )
 
 

@@ -326,7 +326,8 @@ def train(
     )
     evaluation = Evaluation(eval_every, eval_split, eval_batches, retrieval_eval_task, retrieval_eval_split)
     spec = InputSpec(vocabulary, query_length, doc_length, num_negatives, teacher_scores, teacher_guide)
-    quantization_aware.check_start(quantized_precisions, init_checkpoint)
+    if quantized_precisions:  # before MODEL_DIR is written
+        quantization_aware.check_start(quantized_precisions, init_checkpoint, run_folders.complete_steps(model_dir))
     objective = training_loss(
         loss_fn,
         distill_fn,

@@ -175,10 +175,11 @@ def test_bad_settings_are_refused(precisions, weights, match):
 
 def test_int8_awareness_needs_a_trained_start():
     """int8-aware training from a random initialisation collapses (quantization_aware's docstring):
-    refused without train.init_checkpoint; binary-aware training and a fine-tune are not."""
+    refused without train.init_checkpoint; binary-aware training, a fine-tune and a continued run are not."""
     with pytest.raises(BadValueError, match="train.init_checkpoint=<that run>"):
         check_start(("float32", "int8"), None)
     check_start(("float32", "int8"), "runs/float_model")
+    check_start(("float32", "int8"), None, saved_steps=[300])  # a trained run continued with the term
     check_start(("float32", "binary"), None)
     check_start(None, None)
 

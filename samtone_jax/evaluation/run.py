@@ -166,7 +166,7 @@ def _write_record(out, name, task, split, step, collection, run, measures, k, ba
     return results
 
 
-def _int8_ranges(encoder, d: np.ndarray, size: int) -> tuple[np.ndarray, dict]:
+def served_int8_ranges(encoder, d: np.ndarray, size: int) -> tuple[np.ndarray, dict]:
     """(ranges, where they came from) for documents d [N, D]: the model's calibration.json when it
     has this dimension, else an even sample of `size` of the documents."""
     shipped = encoder.calibration
@@ -290,7 +290,7 @@ def evaluate(
     main = ("float32", 0) if ("float32", 0) in variants else variants[0]
     for dim in [*(dims or ()), None]:
         qd, dd = (q, d) if dim is None else (quantization.truncated(q, dim), quantization.truncated(d, dim))
-        int8 = _int8_ranges(encoder, dd, calibration_size) if any(p == "int8" for p, _ in variants) else None
+        int8 = served_int8_ranges(encoder, dd, calibration_size) if any(p == "int8" for p, _ in variants) else None
         for precision, factor in variants:
             about = ({} if dim is None else {"dim": dim}) | ({"weights": weights} if weights != "params" else {})
             if len(variants) == 1 and precision == "float32":
