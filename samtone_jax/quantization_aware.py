@@ -24,8 +24,8 @@ int8-aware training needs a trained float geometry to start from (train.init_che
 pretrained import, or a float32 run to fine-tune), and is refused without one. Measured on the T5
 mini SDE from scratch (docs/RESULTS.md): by step 100 of 300 the float32 and binary terms sat at
 chance (4.50, the loss of equal scores) while the int8 term kept falling; the run's documents
-ended on one point (per-dimension std 0.00044, against 0.1075 at initialisation and after a float32
-run), their sign bits constant (binary MRR 0.0014, chance), int8 MRR 0.06 against float32's 0.20.
+ended on one point (per-dimension std 0.00044, against 0.1076 at initialisation and 0.1075 after a
+float32 run), their sign bits constant (binary MRR 0.0014, chance), int8 MRR 0.06 against float32's 0.20.
 The int8 scores, like the int8 index's, are invariant to any positive per-dimension affine map
 applied to queries and documents alike (the ranges follow the batch's documents, and the queries are
 coded with them), so the int8 term offers no resistance to both collapsing together; once
