@@ -97,7 +97,7 @@ def main():
                 elif args.tower == "minilm":
                     train_ours(out, name, init, args, seed, "losses/samtone_query.gin", extra)
                 else:
-                    base = train_t5(out, f"float_seed{seed}", vocab, task, T5_BASE_STEPS, seed, args)
+                    float_run = train_t5(out, f"float_seed{seed}", vocab, task, T5_BASE_STEPS, seed, args)
                     train_t5(
                         out,
                         name,
@@ -106,7 +106,7 @@ def main():
                         args.steps,
                         seed,
                         args,
-                        [*extra, f"--gin.train.init_checkpoint='{base}'"],
+                        [*extra, f"--gin.train.init_checkpoint='{float_run}'"],
                     )
             base = f"{model_dir}/eval/{task}_{split}_step{args.steps}{suffix}"
             if not os.path.exists(f"{base}_dim{truncated}_binary_rescore4.json"):

@@ -40,8 +40,9 @@ def geometry(folder: str, task: str, split: str, calibration: int) -> dict[str, 
     row = {doc: i for i, doc in enumerate(doc_ids)}
     relevant = [[row[doc] for doc in collection.qrels[qid] if doc in row] for qid in query_ids]
     ranges, _ = run.served_int8_ranges(encoder, d, calibration)
-    cq, cd = (quantization.quantize_int8(x, ranges).astype(np.float32) for x in (q, d))
-    decoded = (cd + 128) * quantization.int8_steps(ranges) + ranges[0]
+    cq, cd = (quantization.quantize_int8(x, ranges) for x in (q, d))
+    decoded = quantization.decode(cd, "int8", d.shape[1], ranges)
+    cq, cd = cq.astype(np.float32), cd.astype(np.float32)
     mean = d.mean(axis=0)
     rankings = {"float32": q @ d.T, "int8": cq @ cd.T, "decoded": q @ decoded.T, "centred": (q - mean) @ (d - mean).T}
     return {
