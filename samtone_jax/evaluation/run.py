@@ -35,10 +35,13 @@ def embed(
     shard_size: int = 65536,
     precision: str = "float32",
     dim: int | None = None,
+    stale: str = "recompute",
 ) -> tuple[list[str], np.ndarray]:
     """(sorted ids, [N, P] embeddings) of `texts` on `side`; through resumable shards in `out_dir`
     when given (every process encodes its share; all of them must call this). `precision` / `dim`:
-    stored compressed as an index serves them (Encoder.encode_queries)."""
+    stored compressed as an index serves them (Encoder.encode_queries). Shards in `out_dir` of
+    anything else (another model, training, vocabulary, prompt, length…: `model_fingerprint`) are
+    recomputed (`stale` 'recompute') or refused ('refuse')."""
     import functools
 
     import jax
@@ -57,6 +60,7 @@ def embed(
         "length": encoder.query_length if side == "query" else encoder.doc_length,
         **({"precision": precision} if precision != "float32" else {}),
         **({"dim": dim} if dim is not None else {}),
+        **model_fingerprint(encoder, side, int8=precision == "int8"),
     }
     encode_to_shards(
         encode,
@@ -65,6 +69,7 @@ def embed(
         out_dir,
         shard_size=shard_size,
         fingerprint=fingerprint,
+        stale=stale,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
         description=what,
@@ -75,6 +80,36 @@ def embed(
         multihost_utils.sync_global_devices(f"embedded {out_dir}")
     stored_ids, embeddings = load_shards(out_dir)
     return stored_ids, embeddings
+
+
+def model_fingerprint(encoder, side: str, int8: bool = False) -> dict:
+    """What, beyond the texts and the length, decides the embeddings `encoder` gives on `side`: the
+    parameters' checkpoint (its fingerprint, which changes when it is written again), the weights
+    chosen, the vocabulary's bytes, the side's prompt, and for int8 codes the calibration's ranges."""
+    import hashlib
+
+    from samtone_jax.checkpoints import reader
+
+    vocabulary = encoder.vocabulary
+    data = getattr(vocabulary, "tokenizer_json", None) or getattr(vocabulary, "sp_model", None) or b""
+    about = {
+        "weights": encoder.weights,
+        "vocabulary_sha256": hashlib.sha256(data).hexdigest()[:16],
+        "prompt": encoder.query_prompt if side == "query" else encoder.document_prompt,
+    }
+    if encoder.source is not None and encoder.params_from_source:
+        about["checkpoint"] = reader.fingerprint(encoder.source, encoder.step)
+    else:  # weights set in memory (Encoder.with_params): their bytes
+        import jax
+
+        digest = hashlib.sha256()
+        for leaf in jax.tree_util.tree_leaves(jax.device_get(encoder.params)):
+            digest.update(np.ascontiguousarray(leaf).tobytes())
+        about["parameters_sha256"] = digest.hexdigest()[:16]
+    if int8 and encoder.calibration is not None:
+        record = json.dumps(encoder.calibration.record, sort_keys=True).encode()
+        about["calibration_sha256"] = hashlib.sha256(record).hexdigest()[:16]
+    return about
 
 
 def dense_embeddings(encoder, queries: dict[str, str], corpus: dict[str, str], embeddings_dir: str | None = None):

@@ -78,6 +78,15 @@ def _check_same_model(found: list[Ingredient]) -> None:
     if len(set(bases.values())) > 1:
         named = "; ".join(f"{label}: {base or 'its own'}" for label, base in bases.items())
         raise BadValueError(f"the checkpoints adapt different frozen towers ({named}): average adapters of one base")
+    described = [_description(i) for i in found]
+    for other, about in zip(found[1:], described[1:], strict=True):
+        differ = [k for k in described[0] if about[k] != described[0][k]]
+        if differ:
+            what = "; ".join(f"{k}: {described[0][k]} in {found[0].label}, {about[k]} in {other.label}" for k in differ)
+            raise BadValueError(
+                f"{other.label} and {found[0].label} differ in what the soup would keep of the first only ({what}): "
+                "average checkpoints trained with one vocabulary, one set of prompts and one tower family"
+            )
     first = _abstract(found[0])
     for other in found[1:]:
         differ = first_shape_difference(first, _abstract(other))
@@ -87,6 +96,31 @@ def _check_same_model(found: list[Ingredient]) -> None:
                 f"{other.label} is another architecture than {found[0].label} (its {name} is {theirs}, "
                 f"{ours} there): only checkpoints of one model can be averaged"
             )
+
+
+def _description(ingredient: Ingredient) -> dict[str, str]:
+    """What of an ingredient the soup keeps from the first one only: its tower family, vocabulary
+    (the bytes of its vocab.model / tokenizer.json, hashed) and prompts."""
+    import hashlib
+
+    from samtone_jax import gin_utils
+    from samtone_jax.tasks.prompts import prompt_of
+
+    text = _config_text(ingredient)
+    settings = gin_utils.read_bindings(text)
+    root = paths.as_path(ingredient.source)
+    vocabulary = "none"
+    for name in (run_folders.VOCABULARY, run_folders.TOKENIZER):
+        if (root / name).exists():
+            vocabulary = f"{name} sha256 {hashlib.sha256((root / name).read_bytes()).hexdigest()[:12]}"
+            break
+    query, document = prompt_of(settings.get("train.task"), settings)
+    per_task = settings.get("prompts.per_task") or {}
+    return {
+        "tower family": type(gin_utils.model_from_gin_text(text).config).__name__,
+        "vocabulary": vocabulary,
+        "prompts": repr((query, document, sorted(per_task.items()))),
+    }
 
 
 def _base(ingredient: Ingredient) -> str | None:

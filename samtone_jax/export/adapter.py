@@ -5,8 +5,6 @@ weighs the adapters' few MB where a merged export holds whole towers."""
 
 from __future__ import annotations
 
-import json
-
 import jax
 
 from samtone_jax import inference, paths, run_folders
@@ -34,7 +32,7 @@ def write(checkpoint: str, dst: str, *, step: int | None = None, weights: str = 
     root = paths.as_path(directory)
     trained = {k: jax.device_get(encoder.params[k]) for k in trainable_keys(model, encoder.params)}
     text = (root / run_folders.CONFIG_GIN).read_text() if kind == "train" else load_model_gin(directory)
-    extra = {run_folders.BASE: json.dumps({"path": reader.base_of(checkpoint, required=True)}).encode()}
+    extra = {run_folders.BASE: reader.base_record(reader.base_of(checkpoint, required=True))}
     for name in (run_folders.VOCABULARY, run_folders.TOKENIZER):
         if (root / name).exists():
             extra[name] = (root / name).read_bytes()
