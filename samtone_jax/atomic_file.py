@@ -25,7 +25,15 @@ import time
 import uuid
 
 from samtone_jax import paths, run_folders
-from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError, NoAccessError
+from samtone_jax.errors import (
+    BadValueError,
+    ExistingFileError,
+    MissingFileError,
+    NoAccessError,
+    StorageFullError,
+    UserError,
+    storage_reason,
+)
 
 MARKER = run_folders.COMMIT_MARKER
 log = logging.getLogger(__name__)
@@ -176,6 +184,9 @@ def atomic_directory(path, overwrite: bool = False):
         with _writable(target):
             target.parent.mkdir(parents=True, exist_ok=True)
             _remove_orphans(target)  # and recover a killed overwrite's folder (see _commit_local)
+    elif _remote_staged(target).exists():  # an interrupted overwrite's new version (see _commit_remote)
+        with _remote_claim(target):
+            _finish_remote_move(target)
     seen = _version(target)
     if seen is not None and not overwrite:
         raise ExistingFileError(f"{target} already exists; choose another destination or remove it first (--overwrite)")
@@ -194,6 +205,15 @@ def atomic_directory(path, overwrite: bool = False):
             _commit_remote(staging, target, seen)
         else:
             _commit_local(staging, target, seen)
+    except Exception as e:
+        reason = None if isinstance(e, UserError) else storage_reason(e)
+        if reason is None:
+            raise
+        where = "" if remote else f" (staged in {staging}, beside it)"
+        raise StorageFullError(
+            f"cannot write {target}: {reason}{where}; nothing was written there: free some space or choose another "
+            "destination"
+        ) from e
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

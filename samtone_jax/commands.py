@@ -97,10 +97,9 @@ def task_inputs(task: str | None) -> list[tuple[str, str]]:
         return []
     from samtone_jax.tasks import catalogue
 
-    try:
-        return [(f"--task={task}'s data", catalogue.root_of(task))]
-    except Exception:  # noqa: BLE001  no data root configured: the task's load names it
+    if task not in catalogue.loaders():  # an unknown task is named when it is loaded
         return []
+    return [(f"--task={task}'s data", path) for path in catalogue.input_paths(task)]
 
 
 def _required(args, flag: str) -> None:

@@ -37,3 +37,26 @@ class NoAccessError(UserError, PermissionError):
 
 class UnreachableError(UserError, OSError):
     """Storage or a server that cannot be reached."""
+
+
+class StorageFullError(UserError, OSError):
+    """A write the storage refused for lack of space or quota, or for want of permission."""
+
+
+# The OS's reasons a write fails for, as they appear anywhere in a (chained) storage error: a
+# library may wrap them (tensorstore's long specs, the tokenizers' Rust `Exception(... os error 28)`).
+STORAGE_REASONS = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
+
+
+def storage_reason(e: BaseException) -> str | None:
+    """The OS's reason anywhere in `e`'s chain (STORAGE_REASONS, or a full storage that only says
+    RESOURCE_EXHAUSTED), else None."""
+    chain, cause = [], e
+    while cause is not None and len(chain) < 8:
+        chain.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    everything = "\n".join(chain)
+    reason = next((r for r in STORAGE_REASONS if r in everything), None)
+    if reason is None and "RESOURCE_EXHAUSTED" in everything:
+        reason = "RESOURCE_EXHAUSTED: the storage is full (no space or quota left)"
+    return reason

@@ -254,6 +254,12 @@ def check_existing_run(
         return
     if config.exists():
         saved = gin_utils.model_from_gin_text(config.read_text())
+        if type(saved.config) is not type(model.config):
+            family = type(saved.config).__name__.removesuffix("Config")
+            raise BadValueError(
+                f"{model_dir} holds a {family} run (step {steps[-1]}), and this config builds a "
+                f"{type(model.config).__name__.removesuffix('Config')} model: delete it or choose another MODEL_DIR"
+            )
         ours, theirs = gin_utils.model_gin(model).splitlines(), gin_utils.model_gin(saved).splitlines()
         differ = [
             f"{a.split(' = ')[0]}: {b.split(' = ', 1)[1]} in its config.gin, {a.split(' = ', 1)[1]} here"

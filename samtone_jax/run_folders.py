@@ -7,7 +7,7 @@
     tokenizer.json          a BERT-family tower's Hugging Face tokenizer (a copy)
     lock.json               the lease of the run that holds MODEL_DIR (run_lock.py)
     checkpoints/<step>/     orbax: state/ {step, params, opt_state, rng} and meta/ {data position}
-    base.json               a LoRA run's frozen tower: {"path": the checkpoint that holds it} (its
+    base.json               a LoRA run's frozen tower: {"path": the checkpoint that holds it, "fingerprint"} (its
                             checkpoints hold only what it trains)
     train/, eval/           TensorBoard events; eval/ also `samtone eval`'s <task>_<split>_step<N>.json
     eval.json               the demo's table
@@ -34,7 +34,7 @@ OPERATIVE_CONFIG_GIN = "operative_config.gin"
 VOCABULARY = "vocab.model"
 TOKENIZER = "tokenizer.json"
 CALIBRATION = "calibration.json"  # int8 ranges per served dimension (calibration.py), run / params / export
-BASE = "base.json"  # {"path": ...}: where a LoRA model's frozen tower is (run / params)
+BASE = "base.json"  # {"path", "fingerprint"}: where a LoRA model's frozen tower is, and which (run / params)
 LOCK = "lock.json"
 CHECKPOINTS = "checkpoints"
 STATE, META = "state", "meta"  # the items of one checkpoint step

@@ -10,6 +10,7 @@ files (only those) are copied to local disk first: safetensors and torch read lo
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 
@@ -21,14 +22,57 @@ from samtone_jax.models import T5Config
 _FEED_FORWARD = {"relu": ("relu",), "gated-gelu": ("gelu", "linear")}
 
 
+def open_safetensors(file, framework: str = "numpy"):
+    """safetensors' safe_open of `file`, a damaged or truncated file named in one line."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        return safe_open(str(file), framework=framework)
+    except SafetensorError as e:
+        raise BadValueError(
+            f"{file} is damaged or truncated ({e}): copy or download it again (its size should match the source's)"
+        ) from None
+
+
+def load_torch_tensors(binary) -> dict:
+    """The tensors of a pytorch_model.bin, read with torch.load(weights_only=True): a pickle that
+    would run code is refused in one line (and never run)."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(str(binary), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:  # code inside the pickle: never run
+        raise BadValueError(
+            f"{binary} holds more than tensors (a pickle that would run code), so it is not loaded: save the "
+            "model as model.safetensors (transformers' save_pretrained(..., safe_serialization=True)) and "
+            f"use that ({_pickle_reason(e)})"
+        ) from None
+
+
+def _pickle_reason(e: Exception) -> str:
+    """torch's reason for refusing a pickle, without its advice to turn the check off."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    kept = [line for line in lines if "weights_only=False" not in line and "weights_only" not in line.split(":")[0]]
+    reason = next((line for line in kept if "Unsupported global" in line or "GLOBAL" in line), kept[0] if kept else "")
+    return reason[:160]
+
+
+def refuse_code_pickles(folder) -> None:
+    """Before a library (sentence-transformers, transformers) loads the model folder `folder`: every
+    pytorch_model.bin in it (its modules' too) holds tensors only, else one line (load_torch_tensors)."""
+    for where, _, names in sorted(os.walk(paths.local_copy(folder))):
+        if "pytorch_model.bin" in names:
+            load_torch_tensors(os.path.join(where, "pytorch_model.bin"))
+
+
 def _open_tensors(folder: str):
     """(names, read(name), shape(name)) from safetensors (single or sharded) or pytorch_model.bin
     in the local `folder`."""
     root = paths.as_path(folder)
     single, index = root / "model.safetensors", root / "model.safetensors.index.json"
     if single.exists() or index.exists():
-        from safetensors import safe_open
-
         if single.exists():
             files = [single]
         else:
@@ -36,7 +80,7 @@ def _open_tensors(folder: str):
         handles = {}
         for f in files:
             # framework="flax" reads bfloat16 too (numpy has no bf16 of its own).
-            h = safe_open(str(f), framework="flax")
+            h = open_safetensors(f, framework="flax")
             handles.update({k: h for k in h.keys()})
         return (
             list(handles),
@@ -45,18 +89,7 @@ def _open_tensors(folder: str):
         )
     binary = root / "pytorch_model.bin"
     if binary.exists():
-        import pickle
-
-        import torch
-
-        try:
-            state = torch.load(str(binary), map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:  # code inside the pickle: never run
-            raise BadValueError(
-                f"{binary} holds more than tensors (a pickle that would run code), so it is not loaded: save the "
-                "model as model.safetensors (transformers' save_pretrained(..., safe_serialization=True)) and "
-                f"import that ({str(e).splitlines()[0][:120]})"
-            ) from None
+        state = load_torch_tensors(binary)
         return list(state), lambda k: state[k].float().numpy(), lambda k: tuple(state[k].shape)
     raise MissingFileError(
         f"{folder}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin "

@@ -26,6 +26,8 @@ from samtone_jax.errors import MissingFileError
 from samtone_jax.models import BertConfig
 
 TOKENIZER = run_folders.TOKENIZER
+# The Hugging Face model types an --format=hf import reads, and what they are.
+SUPPORTED_MODEL_TYPES = {"t5": "a T5.1.1 encoder", "bert": "BERT, MiniLM"}
 
 
 def _json(path, what: str) -> dict:
@@ -44,6 +46,14 @@ def bert_folder(fmt: str, src: str) -> tuple[str, int | None] | None:
     """(the Hugging Face BERT folder, sentence-transformers' max_seq_length) of an import from a
     sentence-transformers folder or a Hugging Face BERT folder; None for a T5 import."""
     is_sentence_transformers = (paths.as_path(src) / "modules.json").exists()
+    config = paths.as_path(src) / "config.json"
+    if fmt == "hf" and not is_sentence_transformers and config.exists():
+        kind = json.loads(config.read_text()).get("model_type")
+        if kind not in SUPPORTED_MODEL_TYPES:
+            raise CheckpointMismatchError(
+                f"{config}: model_type {kind!r}, which no tower family here loads; supported: "
+                + ", ".join(f"{k} ({v})" for k, v in SUPPORTED_MODEL_TYPES.items())
+            )
     if fmt == "sentence-transformers" or (fmt == "hf" and is_sentence_transformers and is_bert_folder(src)):
         folder, max_seq_length = transformer_folder(src)  # its pooling checked, its lengths kept
     elif fmt == "hf" and is_bert_folder(src):

@@ -54,8 +54,6 @@ def import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
     caller has checked that the folder is complete (import_params does)."""
     import json
 
-    from safetensors import safe_open
-
     src = paths.local_copy(src)  # a gs:// export is read from a local copy (safetensors reads local files)
     info = json.loads((paths.as_path(src) / run_folders.EXPORT_JSON).read_text())
     if info["architecture"] != model.architecture:
@@ -74,7 +72,7 @@ def import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
         report_unused(source, used)
         used_total += len(used) + 1
         where = info["projections"][side]
-        with safe_open(str(paths.as_path(src) / where["file"]), framework="numpy") as f:
+        with hf.open_safetensors(paths.as_path(src) / where["file"]) as f:
             kernels[side] = np.array(f.get_tensor(where["tensor"]).T)  # stored [P, D] as torch's Linear
     params = tree.assemble(towers, kernels)
     expected = abstract[tree.projections["query"]]["kernel"].shape

@@ -21,7 +21,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from samtone_jax import paths, run_folders
-from samtone_jax.errors import BadValueError, UserError
+from samtone_jax.errors import BadValueError, UserError, storage_reason
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +34,6 @@ class CheckpointRestoreError(UserError, RuntimeError):
     """The latest checkpoint cannot be read."""
 
 
-# The OS's reasons a write fails for, as they appear anywhere in a (chained) storage error.
-_OS_REASONS = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
-
-
 def _first_line(e: Exception) -> str:
     """The first line of `e`'s message, at most ~300 characters (its start, what failed, and its
     end), led by the OS's reason when the error chain names one anywhere (tensorstore puts it at
@@ -45,14 +41,7 @@ def _first_line(e: Exception) -> str:
     text = str(e).strip()
     line = text.splitlines()[0] if text else ""
     short = line if len(line) <= 300 else f"{line[:140]} … {line[-150:]}"
-    chain, cause = [], e
-    while cause is not None and len(chain) < 8:
-        chain.append(str(cause))
-        cause = cause.__cause__ or cause.__context__
-    everything = "\n".join(chain)
-    reason = next((r for r in _OS_REASONS if r in everything), None)
-    if reason is None and "RESOURCE_EXHAUSTED" in everything:
-        reason = "RESOURCE_EXHAUSTED: the storage is full (no space or quota left)"
+    reason = storage_reason(e)
     return short if reason is None or reason in short else f"{reason}; {short}"
 
 

@@ -114,8 +114,12 @@ class CrossEncoderTeacher:
         import torch
         from sentence_transformers import CrossEncoder
 
+        from samtone_jax.checkpoints.hf import refuse_code_pickles
+
         self.name = paths.as_str(path)
-        self._model = CrossEncoder(paths.local_copy(path), device="cpu", local_files_only=True)
+        local = paths.local_copy(path)
+        refuse_code_pickles(local)
+        self._model = CrossEncoder(local, device="cpu", local_files_only=True)
         if self._model.num_labels != 1:
             raise BadValueError(
                 f"--teacher={path} is a cross-encoder with {self._model.num_labels} labels; a teacher needs one "
@@ -187,7 +191,11 @@ def load_teacher(spec: str, kind: str = "auto", *, step=None, vocabulary=None, b
     if found == "sentence-transformers":
         from sentence_transformers import SentenceTransformer
 
-        model = SentenceTransformer(paths.local_copy(spec), device="cpu", local_files_only=True)
+        from samtone_jax.checkpoints.hf import refuse_code_pickles
+
+        local = paths.local_copy(spec)
+        refuse_code_pickles(local)
+        model = SentenceTransformer(local, device="cpu", local_files_only=True)
 
         def encode(method):
             return lambda texts: method(

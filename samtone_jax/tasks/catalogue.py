@@ -241,6 +241,35 @@ def root_of(name: str) -> str:
     return wordnet_dir() if name == "wordnet_definitions" else data_dir()
 
 
+def input_paths(name: str) -> list[str]:
+    """The files and data folders task `name` reads, with the hard negatives file that replaces its
+    negatives (for refusing an output over them; an output beside them in DATA_DIR is fine)."""
+    negatives = [hard_negatives_file()] if hard_negatives_file() else []
+    return _data_paths(name) + negatives
+
+
+def _data_paths(name: str) -> list[str]:
+    declared_paths = declared.paths_of(name)
+    if declared_paths is not None:
+        return declared_paths
+    if declared.source_of(name) is not None or name not in LOADERS:  # TFDS: its own cache
+        return []
+    try:
+        if name == "wordnet_definitions":
+            return [paths.join(wordnet_dir(), f"data.{pos}") for pos in ("noun", "verb", "adj", "adv")]
+        root = data_dir()
+    except BadValueError:  # no data root configured: the task's load names it
+        return []
+    if name.startswith("multireqa_squad_dev"):
+        return [paths.join(root, "multireqa_squad_dev"), paths.join(root, "squad_v1.1", "dev-v1.1.json")]
+    if name == "msmarco_passage":
+        return [paths.join(root, "msmarco_passage")]
+    loader, splits = LOADERS[name]
+    if name.startswith("beir_"):
+        return [paths.join(root, "beir", loader.args[0])]
+    return [f for split in splits for f in multireqa.official_paths(root, loader.args[0], split)]
+
+
 def files_of(name: str) -> str:
     """The files task `name` reads, for a person (`samtone tasks`); DATA_DIR where no data root is set."""
     found = declared.files_of(name)

@@ -157,7 +157,24 @@ def _local(name: str, spec: dict, split: str, skip_bad_records: bool = False) ->
         "test": lambda query: jsonl_pairs.in_test_split(query, fraction),
         "train": lambda query: not jsonl_pairs.in_test_split(query, fraction),
     }[split]
-    return jsonl_pairs.load(spec["path"], name, keep, skip_bad_records)
+    loaded = jsonl_pairs.load(spec["path"], name, keep, skip_bad_records)
+    if split != "all" and not (loaded.queries and loaded.corpus):
+        share = f"the first {fraction:g}" if split == "test" else f"all but the first {fraction:g}"
+        rule = f"local_tasks.tasks[{name!r}]['test_fraction'] = {fraction:g}"
+        raise BadValueError(
+            f"{name}/{split} is empty: the split rule ({rule}) puts in '{split}' the queries whose md5 falls in "
+            f"{share} of the range, and none of {spec['path']}'s does; change test_fraction, give the splits as "
+            "'files', or use split 'all'"
+        )
+    return loaded
+
+
+def paths_of(name: str) -> list[str] | None:
+    """The files or folders a declared local task reads (None: not a local task)."""
+    spec = local_tasks().get(name)
+    if spec is None:
+        return None
+    return list(spec["files"].values()) if "files" in spec else [spec["path"]]
 
 
 def tasks() -> dict[str, tuple]:
