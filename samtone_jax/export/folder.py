@@ -174,6 +174,7 @@ def export(
                 from samtone_jax.export import onnx_towers
 
                 where["onnx"] = onnx_towers.write(tmp, encoder, towers, kernels)
+                where["onnx_quantization"] = onnx_towers.QUANTIZATION
         else:
             where, model = _write_sentence_transformers(tmp, encoder, towers, kernels, tokenizer)
         info = {

@@ -7,8 +7,13 @@ tower, mean pooling over non-padding tokens, the projection, normalisation: all 
 
 The graphs are traced with torch.onnx from the transformers model our weights are written into
 (hf_weights.hf_model, eager attention), opset 17, batch and length dynamic; the int8 graphs are
-onnxruntime's dynamic quantization of the MatMul weights, per output channel (activations stay
-float). The tokenizer is the export's own (tokenizer.json beside them; prompts in samtone.json).
+onnxruntime's dynamic quantization of the MatMul weights (QUANTIZATION, also in samtone.json):
+int8 per output channel in the 7-bit range [-64, 64], activations uint8 per tensor, computed per
+batch. The 7 bits are what makes them accurate on every CPU: onnxruntime's u8 x s8 kernels on AVX2
+and on AVX-512 without VNNI (VPMADDUBSW) add two products in 16 bits with saturation, which full
+int8 weights overflow (255 · 127 · 2 > 32767) and 7-bit ones cannot (255 · 64 · 2 = 32640); VNNI,
+AMX and ARM kernels are exact either way. `saturating_matmuls` finds weights outside that range,
+and `write` refuses a graph that has any. The tokenizer is the export's own (tokenizer.json beside them; prompts in samtone.json).
 `check` runs every graph in onnxruntime against our JAX embeddings on real texts: float32 must
 reach MIN_COSINE; int8's cosine is measured and reported, not required.
 
@@ -27,6 +32,15 @@ from samtone_jax.errors import BadValueError
 from samtone_jax.models.layout import SIDES, layout
 
 OPSET = 17
+# How the int8 graphs are quantized (samtone.json's "onnx_quantization"; see the module docstring).
+QUANTIZATION = {
+    "method": "onnxruntime.quantization.quantize_dynamic",
+    "ops": ["MatMul"],
+    "weights": "int8, per output channel, symmetric, 7-bit range [-64, 64] (reduce_range)",
+    "activations": "uint8, per tensor, scale and zero point computed per batch",
+    "cpus": "no 16-bit saturation in onnxruntime's AVX2 / AVX-512 / VNNI / AMX / ARM kernels",
+}
+SAFE_WEIGHT_RANGE = (-64, 64)  # 255 * 64 * 2 = 32640 fits VPMADDUBSW's saturating int16 pair sum
 
 
 def _graph_names(architecture: str) -> dict[str, str]:
@@ -91,19 +105,43 @@ def write(folder: str, encoder, towers: dict, kernels: dict) -> dict:
         quiet = logging.getLogger().level
         logging.getLogger().setLevel(logging.WARNING)  # onnxruntime logs a line a tensor to the root logger
         try:
-            # per output channel, MatMul weights only: all-MiniLM-L6-v2's min / mean cosine to float32
-            # on the probe texts 0.972 / 0.989 (per tensor, every op: 0.869 / 0.931)
             quantize_dynamic(
                 str(float_path),
                 str(int8_path),
                 weight_type=QuantType.QInt8,
                 per_channel=True,
-                op_types_to_quantize=["MatMul"],
+                reduce_range=True,  # 7-bit weights: exact on every CPU's integer kernels (module docstring)
+                op_types_to_quantize=QUANTIZATION["ops"],
             )
         finally:
             logging.getLogger().setLevel(quiet)
+        overflowing = saturating_matmuls(str(int8_path))
+        if overflowing:
+            raise BadValueError(
+                f"{int8_path.name}: {len(overflowing)} MatMul weights outside {SAFE_WEIGHT_RANGE} (first: "
+                f"{overflowing[0]}), which saturate on AVX2 CPUs; the export was not written"
+            )
         written[stem] = {"float32": f"onnx/{float_path.name}", "int8": f"onnx/{int8_path.name}"}
     return {side: written[names[side]] for side in SIDES}
+
+
+def saturating_matmuls(path: str) -> list[str]:
+    """The MatMulInteger nodes of the int8 graph at `path` whose int8 weights leave SAFE_WEIGHT_RANGE
+    (those onnxruntime's AVX2 / AVX-512 u8 x s8 kernels can compute wrongly); uint8 weights run on
+    kernels without the 16-bit step."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(path).graph
+    weights = {t.name: t for t in graph.initializer}
+    low, high = SAFE_WEIGHT_RANGE
+    found = []
+    for node in graph.node:
+        if node.op_type == "MatMulInteger" and node.input[1] in weights:
+            w = numpy_helper.to_array(weights[node.input[1]])
+            if w.dtype == np.int8 and (w.min() < low or w.max() > high):
+                found.append(node.name)
+    return found
 
 
 def check(folder: str, encoder, tokenizer, graphs: dict, texts: list[str], min_cosine: float) -> dict:
