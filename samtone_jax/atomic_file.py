@@ -47,19 +47,34 @@ def _staging_name(target) -> str:
 
 def _remove_orphans(target) -> None:
     """Tidy up after writers of a local `target` that no longer run on this host (a SIGKILL or power
-    cut skips every cleanup): when `target` is missing because an overwrite was killed between its
-    two renames (see _commit_local), the killed writer's complete new folder, else the old folder it
-    moved aside, is put back at `target`; every other leftover is removed."""
+    cut skips every cleanup). The one leftover ever put back: when `target` is missing and a dead
+    writer left both an `.old-<pid>-…` and a `.tmp-<pid>-…` folder (killed between the two renames
+    of an overwrite without RENAME_EXCHANGE, see _commit_local), its new folder (complete: marked)
+    is put at `target`, else its old one. Everything else is removed, marker first, so that a
+    removal cut short never leaves a folder that looks complete."""
     parent = os.path.dirname(os.fspath(target)) or "."
     name = os.path.basename(os.fspath(target))
+    staged = _folders_by_pid(_dead_writers(parent, f"{name}.tmp-"))
+    aside = _folders_by_pid(_dead_writers(parent, f"{name}.old-"))
     if not os.path.lexists(target):
-        dead = _dead_writers(parent, f"{name}.tmp-") + _dead_writers(parent, f"{name}.old-")
-        complete = [p for p in dead if os.path.isfile(os.path.join(p, MARKER))]
-        if complete:  # the new version first (its staging), then the old one moved aside
-            os.rename(complete[0], target)
-            log.warning("%s was missing after a killed overwrite; recovered it from %s", target, complete[0])
+        for pid in sorted(set(staged) & set(aside)):
+            found = [p for p in (staged[pid], aside[pid]) if os.path.isfile(os.path.join(p, MARKER))]
+            if found:
+                with contextlib.suppress(FileNotFoundError):  # another writer recovered it first
+                    os.rename(found[0], target)
+                    log.warning("%s was missing after a killed overwrite; recovered it from %s", target, found[0])
+                break
     for leftover in _dead_writers(parent, f"{name}.tmp-") + _dead_writers(parent, f"{name}.old-"):
         _remove(leftover)
+
+
+def _folders_by_pid(found: list[str]) -> dict[int, str]:
+    """{pid: folder} of leftovers named [.]<target>.<kind>-<pid>-… (folders only)."""
+    out = {}
+    for path in found:
+        if os.path.isdir(path) and not os.path.islink(path):
+            out[int(os.path.basename(path).rsplit(".", 1)[-1].split("-")[1])] = path
+    return out
 
 
 REMOTE_STAGING = "samtone_jax-staging-"  # <tmp>/samtone_jax-staging-<pid>-...: a gs:// write's local copy
@@ -209,11 +224,9 @@ def atomic_directory(path, overwrite: bool = False):
         reason = None if isinstance(e, UserError) else storage_reason(e)
         if reason is None:
             raise
-        where = "" if remote else f" (staged in {staging}, beside it)"
-        raise StorageFullError(
-            f"cannot write {target}: {reason}{where}; nothing was written there: free some space or choose another "
-            "destination"
-        ) from e
+        full = any(word in reason for word in ("space", "quota", "full"))
+        remedy = "free some space or choose another destination" if full else "choose a writable destination"
+        raise StorageFullError(f"cannot write {target}: {reason}; nothing was written there: {remedy}") from e
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -275,16 +288,34 @@ def _commit_local(staging: str, target, seen) -> None:
     except _NoExchange:
         backup = f"{target}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         os.rename(target, backup)
-        if _version(backup)[1:] != seen[1:]:  # (a rename keeps the inode and the marker)
+        if not _same(_version(backup), seen):
             os.rename(backup, target)
             raise _replaced_meanwhile(target) from None
-        _rename_into_place(staging, target)
+        try:
+            _rename_into_place(staging, target)
+        except OSError as e:
+            if e.errno in _NOT_THERE:  # another writer's plain rename took the free name: theirs stays
+                _remove(backup)
+                raise _replaced_meanwhile(target) from None
+            with contextlib.suppress(OSError):
+                os.rename(backup, target)  # the old one back
+            raise
         _remove(backup)
         return
-    if _version(staging) != seen:  # what we swapped out is another writer's: swap back, refuse
+    if not _same(_version(staging), seen):  # what we swapped out is another writer's: swap back, refuse
         _exchange(staging, target)
         raise _replaced_meanwhile(target)
     _remove(staging)
+
+
+def _same(a: tuple | None, b: tuple | None) -> bool:
+    """Whether two `_version`s are one folder: by its commit marker (unique to each commit) when
+    both have one, else by device and inode (which some FUSE file systems change on rename)."""
+    if a is None or b is None:
+        return a is b
+    if a[-1] is not None and b[-1] is not None:
+        return a[-1] == b[-1]
+    return a == b
 
 
 def _rename_into_place(staging: str, target: str) -> None:
@@ -294,7 +325,11 @@ def _rename_into_place(staging: str, target: str) -> None:
 
 
 def _remove(path: str) -> None:
+    """Remove a file or folder; a folder's commit marker first (a removal cut short leaves an
+    incomplete folder, never one that looks complete)."""
     if os.path.isdir(path) and not os.path.islink(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(path, MARKER))
         shutil.rmtree(path, ignore_errors=True)
     else:
         with contextlib.suppress(FileNotFoundError):
@@ -360,7 +395,11 @@ def _finish_remote_move(target) -> None:
     staged = _remote_staged(target)
     if not staged.exists():
         return
-    if not (staged / MARKER).exists():
+    marker = staged / MARKER
+    if not marker.exists() or (
+        (target / MARKER).exists() and (target / MARKER).read_text() == marker.read_text()
+    ):  # incomplete, or already moved in (a kill while it was removed)
+        marker.unlink(missing_ok=True)
         staged.rmtree()
         return
     if target.exists():
@@ -369,9 +408,10 @@ def _finish_remote_move(target) -> None:
     fs = paths.gcs_filesystem()
     source = os.fspath(staged).rstrip("/")
     objects = ["gs://" + f for f in fs.find(source)]
-    marker = f"{source}/{MARKER}"
-    for name in [o for o in objects if o != marker] + [marker]:
+    last = f"{source}/{MARKER}"
+    for name in [o for o in objects if o != last] + [last]:
         fs.copy(name, os.fspath(target) + name[len(source) :])
+    (staged / MARKER).unlink(missing_ok=True)  # first: a removal cut short is never taken as complete
     staged.rmtree()
 
 
@@ -414,6 +454,47 @@ def _remote_claim(target):
     finally:
         with contextlib.suppress(exceptions.NotFound):
             blob.delete()
+
+
+def begin_in_place(path, overwrite: bool = False):
+    """For writers that cannot stage locally (every process of a pod writing its shards: params_io.
+    save_sharded_params), on one process: `(staged folder, what is at path now)`. The folder,
+    `<path>.staged` beside the target (on the same storage), is empty; an earlier writer's leftover
+    there is finished (gs://: a complete one moved in) or removed. Fill it, then
+    `commit_in_place(path, seen)`."""
+    target = paths.as_path(path)
+    staged = _remote_staged(target)
+    if paths.is_remote(target):
+        if staged.exists():
+            with _remote_claim(target):
+                _finish_remote_move(target)
+    elif staged.exists():
+        _remove(os.fspath(staged))
+    seen = _version(target)
+    if seen is not None and not overwrite:
+        raise ExistingFileError(f"{target} already exists; choose another destination or remove it first (--overwrite)")
+    if not paths.is_remote(target):
+        with _writable(target):
+            os.makedirs(staged)
+    return staged, seen
+
+
+def commit_in_place(path, seen) -> None:
+    """`begin_in_place`'s filled folder becomes `path` (marker last), replacing only `seen`."""
+    target = paths.as_path(path)
+    staged = _remote_staged(target)
+    stamp = datetime.datetime.now(datetime.UTC).isoformat()
+    (staged / MARKER).write_text(f"complete {stamp} {uuid.uuid4().hex}\n")
+    if not paths.is_remote(target):
+        _commit_local(os.fspath(staged), target, seen)
+        return
+    with _remote_claim(target):
+        now = _version(target)
+        if now != seen and not (seen is None and now is None):
+            (staged / MARKER).unlink(missing_ok=True)
+            staged.rmtree()
+            raise _replaced_meanwhile(target)
+        _finish_remote_move(target)
 
 
 def _upload_tree(staging: str, target) -> None:

@@ -212,8 +212,9 @@ def cmd_encode(args, bindings) -> int:
     out = args.out or default_embeddings_dir(args.checkpoint, args.task, split, args.step)
     paths.check_bucket(out, "--out")
     # (embeddings are kept inside their model's folder by default: inside it is fine)
-    paths.check_not_input(out, model_inputs("--checkpoint", args.checkpoint), inside_allowed=True)
-    paths.check_not_input(out, task_inputs(args.task))
+    paths.check_not_input(
+        out, model_inputs("--checkpoint", args.checkpoint) + task_inputs(args.task), refuse=paths.NEW_FILES
+    )
     encoder = inference.load_encoder(
         args.checkpoint,
         step=args.step,
@@ -322,8 +323,8 @@ def cmd_analyze(args, bindings) -> int:
     from samtone_jax.analysis import analyze
 
     paths.check_bucket(args.out, "--out")
-    paths.check_not_input(args.out, [i for c in args.checkpoint for i in model_inputs("--checkpoint", c)])
-    paths.check_not_input(args.out, task_inputs(args.task))
+    inputs = [i for c in args.checkpoint for i in model_inputs("--checkpoint", c)] + task_inputs(args.task)
+    paths.check_not_input(args.out, inputs, refuse=paths.NEW_FILES)
     names = args.name or [paths.as_path(c).name for c in args.checkpoint]
     if len(names) != len(args.checkpoint) or len(set(names)) != len(names):
         raise BadValueError(f"--name must give one distinct name per --checkpoint; got {names} for {args.checkpoint}")
@@ -396,7 +397,8 @@ def cmd_mine(args, bindings) -> int:
     if bool(args.checkpoint) == args.bm25:
         raise BadValueError("samtone mine needs exactly one of --checkpoint=MODEL (dense mining) or --bm25")
     for out in (args.out, args.out + ".json"):
-        paths.check_not_input(out, model_inputs("--checkpoint", args.checkpoint) + task_inputs(args.task))
+        inputs = model_inputs("--checkpoint", args.checkpoint) + task_inputs(args.task)
+        paths.check_not_input(out, inputs, refuse=paths.NEW_FILES)
     if paths.as_path(args.out).exists() and not args.overwrite:  # before the slow part, as export does
         raise ExistingFileError(f"{paths.as_str(args.out)} already exists; choose another --out or pass --overwrite")
     split, collection = load_task(args)
@@ -440,7 +442,7 @@ def cmd_score(args, bindings) -> int:
     if args.teacher != "bm25":
         inputs += model_inputs("--teacher", args.teacher)
     for out in (args.out, args.out + ".json"):
-        paths.check_not_input(out, inputs)
+        paths.check_not_input(out, inputs, refuse=paths.NEW_FILES)
     if paths.as_path(args.out).exists() and not args.overwrite:
         raise ExistingFileError(f"{paths.as_str(args.out)} already exists; choose another --out or pass --overwrite")
     split, collection = load_task(args)
@@ -509,7 +511,7 @@ def cmd_build_vocab(args, bindings) -> int:
 
     paths.check_bucket(args.out, "--out")
     names = vocab_tasks(args.task)
-    paths.check_not_input(args.out, [i for name in names for i in task_inputs(name)])
+    paths.check_not_input(args.out, [i for name in names for i in task_inputs(name)], refuse=paths.NEW_FILES)
     texts, sources = [], []
     for name in names:  # each task's texts in id order, tasks in the order given: the same files give the same model
         split, collection = load_task(argparse.Namespace(**{**vars(args), "task": name}))

@@ -137,11 +137,15 @@ def _compared(path: str | os.PathLike) -> str:
     return text.rstrip("/") if is_remote(text) else os.path.realpath(os.path.expanduser(text))
 
 
-def check_not_input(out: str | os.PathLike, inputs, flag: str = "--out", inside_allowed: bool = False) -> None:
+REPLACING = ("is", "is inside", "contains")  # every relation: a mode that replaces a whole folder
+NEW_FILES = ("is", "contains")  # a mode that writes new files: beside or inside an input is fine
+
+
+def check_not_input(out: str | os.PathLike, inputs, flag: str = "--out", refuse=REPLACING) -> None:
     """Refuse an output that is, is inside, or contains one of the command's inputs (`inputs`:
-    (flag or name, path) pairs; None paths skipped), local or gs://: writing it would replace or
-    change what the command reads. `inside_allowed`: an output inside an input is fine (a mode that
-    writes beside what it reads, e.g. embeddings under their model)."""
+    (flag or name, path) pairs; None paths skipped), local or gs://, for the relations in `refuse`:
+    every one for a mode that replaces a whole folder (export, average, import-checkpoint), NEW_FILES
+    for a mode that writes new files (a file beside a model, embeddings under it)."""
     ours = _compared(out)
     for what, path in inputs:
         if path is None:
@@ -149,11 +153,13 @@ def check_not_input(out: str | os.PathLike, inputs, flag: str = "--out", inside_
         theirs = _compared(path)
         if ours == theirs:
             relation = "is"
-        elif ours.startswith(theirs.rstrip("/") + "/") and not inside_allowed:
+        elif ours.startswith(theirs.rstrip("/") + "/"):
             relation = "is inside"
         elif theirs.startswith(ours.rstrip("/") + "/"):
             relation = "contains"
         else:
+            continue
+        if relation not in refuse:
             continue
         raise BadValueError(
             f"{flag}={os.fspath(out)} {relation} {what}={os.fspath(path)}, which this command reads: writing there "

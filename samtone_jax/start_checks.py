@@ -27,6 +27,8 @@ def init_checkpoint_fits(init_checkpoint: str | None, model, model_dir) -> None:
     from samtone_jax.checkpoints.train_checkpoints import first_shape_difference, saved_tree
 
     kind, directory, step = reader.resolve(init_checkpoint)
+    if kind != "train":  # a run writing into an import or export folder would mix them
+        paths.check_not_input(model_dir, [("train.init_checkpoint", directory)], "train.model_dir", refuse=("is",))
     if kind == "export":  # a Hugging Face folder: its shapes are checked as it is imported
         return
     if kind == "train":

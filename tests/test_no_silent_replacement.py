@@ -46,8 +46,15 @@ def _one_line(capsys, code, *said):
 def test_a_second_writer_that_commits_first_is_never_replaced(tmp_path, monkeypatch, exchange):
     """Writer A starts; writer B (started later) commits inside A's body; A's commit is refused and B's
     output stays, whether A was told to overwrite or not (an overwrite replaces only what it saw)."""
-    if not exchange:  # the fall-back where the file system has no RENAME_EXCHANGE
-        monkeypatch.setattr(atomic_file, "_exchange", lambda a, b: (_ for _ in ()).throw(atomic_file._NoExchange()))
+    swaps, real_exchange = [], atomic_file._exchange
+
+    def counted(a, b):
+        if not exchange:  # the fall-back where the file system has no RENAME_EXCHANGE
+            raise atomic_file._NoExchange()
+        real_exchange(a, b)
+        swaps.append(b)
+
+    monkeypatch.setattr(atomic_file, "_exchange", counted)
     target = tmp_path / "out"
     with pytest.raises(ExistingFileError, match="written by another process while this one ran"):
         with atomic_file.atomic_directory(target) as a:
@@ -66,6 +73,8 @@ def test_a_second_writer_that_commits_first_is_never_replaced(tmp_path, monkeypa
     with atomic_file.atomic_directory(target, overwrite=True) as d:
         _fill(d, "D")
     assert _content(target) == "D" and sorted(os.listdir(tmp_path)) == ["out"]
+    # the overwrites swapped (C's and D's commits, and A's swap and swap back) where the swap exists
+    assert len(swaps) == (4 if exchange else 0)
 
 
 def test_two_exports_to_one_new_out_the_second_to_commit_is_refused(trained_run, tmp_path, monkeypatch, capsys):
@@ -103,6 +112,27 @@ def test_a_second_writer_on_a_bucket_is_refused(gcs):
     assert not paths.as_path(f"{target}.writing").exists()  # the claim is released
 
 
+def test_a_bucket_writer_waits_for_no_one_another_live_claim_is_refused_a_dead_ones_taken_over(gcs):
+    import json as json_module
+    import socket
+
+    from samtone_jax import paths
+
+    target = f"{gcs.bucket()}/out"
+    with atomic_file._remote_claim(paths.as_path(target)):  # another live writer of this host (us) holds it
+        with pytest.raises(ExistingFileError, match=r"is being written by another process \(host"):
+            with atomic_file.atomic_directory(target) as a:
+                _fill(a, "A")
+    assert not paths.as_path(target).exists()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    record = {"host": socket.gethostname(), "pid": int(dead.stdout), "started": 0}
+    paths.as_path(f"{target}.writing").write_text(json_module.dumps(record))  # a killed writer's claim
+    with atomic_file.atomic_directory(target) as a:
+        _fill(a, "A")
+    assert (paths.as_path(target) / "content.txt").read_text() == "A"
+    assert not paths.as_path(f"{target}.writing").exists()
+
+
 # -- an output naming an input -----------------------------------------------------------------------
 
 
@@ -125,10 +155,7 @@ def test_an_out_that_is_inside_or_contains_an_input_is_refused_in_every_mode(
             ["mine", "--bm25", "--task=wordnet_definitions", f"--out={wordnet_env[0]}/data.noun", "--overwrite"],
             "is --task=wordnet_definitions's data",
         ),
-        (
-            ["score", f"--teacher={run}", "--task=wordnet_definitions", f"--out={run}/scores.jsonl"],
-            "is inside --teacher",
-        ),
+        (["score", f"--teacher={run}", "--task=wordnet_definitions", f"--out={run}"], "is --teacher"),
         (["encode", f"--checkpoint={run}/checkpoints/2", "--task=wordnet_definitions", f"--out={run}"], "contains"),
     ]
     for argv, said in cases:
@@ -148,7 +175,7 @@ def test_check_not_input_on_a_bucket_and_through_a_symbolic_link(tmp_path):
     os.symlink(tmp_path / "run", tmp_path / "link")
     with pytest.raises(BadValueError, match="is --checkpoint"):
         paths.check_not_input(tmp_path / "link", [("--checkpoint", tmp_path / "run")])
-    paths.check_not_input(tmp_path / "run" / "emb", [("--checkpoint", tmp_path / "run")], inside_allowed=True)
+    paths.check_not_input(tmp_path / "run" / "emb", [("--checkpoint", tmp_path / "run")], refuse=paths.NEW_FILES)
 
 
 # -- a kill during an overwrite -------------------------------------------------------------------------
@@ -169,7 +196,11 @@ _KILLED_WRITER = textwrap.dedent(
         atomic_file._exchange = no_exchange
         atomic_file._rename_into_place = die
     else:  # after the swap, before the old folder (now at the staging name) is removed
-        atomic_file._remove = die
+        swap = atomic_file._exchange
+        def swapped_then_die(a, b):
+            swap(a, b)
+            die()
+        atomic_file._exchange = swapped_then_die
     with atomic_file.atomic_directory(target, overwrite=True) as staging:
         open(os.path.join(staging, "content.txt"), "w").write("new")
     """
@@ -190,12 +221,31 @@ def test_a_writer_killed_during_an_overwrite_leaves_a_version_the_next_write_rec
         assert {n.split("-")[0] for n in leftovers} == {"out.old", "out.tmp"}
     else:
         assert _content(target) == "new"  # the swap is one call: the target never lacked a version
+        assert [_content(tmp_path / n) for n in leftovers] == ["old"]  # swapped out, not yet removed
     # The next write of the target puts the complete new version back (it is refused: the target exists).
     with pytest.raises(ExistingFileError, match="already exists"):
         with atomic_file.atomic_directory(target):
             pass
     assert _content(target) == "new" and atomic_file.is_complete(target)
     assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_only_a_killed_fall_back_overwrites_pair_is_put_back_never_a_lone_or_half_removed_folder(tmp_path):
+    """After a swap the staging name holds the old version: if the writer died there and the user then
+    deleted the target, the next write must not bring the old version back; nor a folder whose
+    removal was cut short (its marker goes first); nor another dead writer's pair than its own."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)  # a process that has ended
+    target = tmp_path / "out"
+    for name, text in ((f"out.tmp-{pid}-aaaa", "old, swapped out"), (f"out.old-{pid + 1}-bbbb", "another's old")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "content.txt").write_text(text)
+        (tmp_path / name / atomic_file.MARKER).write_text("complete")
+    with atomic_file.atomic_directory(target) as staging:
+        _fill(staging, "mine")
+    assert _content(target) == "mine" and sorted(os.listdir(tmp_path)) == ["out"]
+    atomic_file._remove(str(target))  # (a removal: the marker first)
+    assert not target.exists()
 
 
 def test_an_interrupted_overwrite_on_a_bucket_is_finished_by_the_next_write(gcs, monkeypatch):
@@ -229,6 +279,24 @@ def test_an_interrupted_overwrite_on_a_bucket_is_finished_by_the_next_write(gcs,
     with atomic_file.atomic_directory(target, overwrite=True) as staging:
         _fill(staging, "newer")
     assert (paths.as_path(target) / "content.txt").read_text() == "newer" and not staged.exists()
+
+
+def test_sharded_parameter_writes_replace_only_what_they_saw_locally_and_on_a_bucket(tmp_path, gcs):
+    import jax.numpy as jnp
+
+    from samtone_jax import paths
+    from samtone_jax.checkpoints.params_io import load_params, save_sharded_params
+
+    for target in (str(tmp_path / "soup"), f"{gcs.bucket()}/soup"):
+        save_sharded_params(target, {"w": jnp.ones(3)}, "# gin", {"n": 1})
+        with pytest.raises(ExistingFileError, match="already exists"):
+            save_sharded_params(target, {"w": jnp.zeros(3)}, "# gin")
+        paths.as_path(f"{target}.staged").mkdir(parents=True, exist_ok=True)  # a killed writer's leftover
+        (paths.as_path(f"{target}.staged") / "junk").write_text("x")
+        save_sharded_params(target, {"w": jnp.full(3, 2.0)}, "# gin", {"n": 2}, overwrite=True)
+        np.testing.assert_array_equal(load_params(target)["w"], np.full(3, 2.0))
+        assert not paths.as_path(f"{target}.staged").exists()
+        assert json.loads((paths.as_path(target) / "info.json").read_text()) == {"n": 2}
 
 
 # -- soups ------------------------------------------------------------------------------------------
@@ -400,7 +468,7 @@ def test_a_calibration_with_nan_or_reversed_ranges_or_no_dimension_is_refused(
 # -- steps without their commit marker --------------------------------------------------------------------
 
 
-def test_a_step_without_its_commit_marker_is_not_averaged_or_loaded(trained_run, tmp_path, capsys):
+def test_a_step_without_its_commit_marker_is_not_averaged_loaded_or_resumed(trained_run, wordnet_env, tmp_path, capsys):
     import samtone_jax
 
     copy = tmp_path / "copy"
@@ -411,6 +479,11 @@ def test_a_step_without_its_commit_marker_is_not_averaged_or_loaded(trained_run,
     _one_line(capsys, code, "is an incomplete checkpoint: it has no commit_success.txt")
     with pytest.raises(MissingFileError, match="no checkpoint in"):
         samtone_jax.load(str(copy))
+    # Training in the copy does not resume from it: it is moved aside, and the run starts over.
+    assert cli.main(tiny_train_argv(copy, wordnet_env[1], steps=1)) == 0
+    names = sorted(p.name for p in (copy / "checkpoints").iterdir())
+    assert names[0] == "1" and names[1].startswith("2.incomplete-"), names
+    assert "step 1/1" in capsys.readouterr().out
 
 
 # -- one line, not a traceback ------------------------------------------------------------------------------
@@ -479,6 +552,10 @@ def test_an_hf_import_of_an_unsupported_model_type_names_it(tmp_path, capsys):
     capsys.readouterr()
     code = cli.main(["import-checkpoint", "--format=hf", f"--src={folder}", f"--out={tmp_path / 'o'}"])
     _one_line(capsys, code, "model_type 'roberta', which no tower family here loads; supported: t5", "bert (")
+    from samtone_jax.checkpoints import hf_bert
+
+    (folder / "config.json").write_text("{}")  # no model_type: the T5 route, as before
+    assert hf_bert.bert_folder("hf", str(folder)) is None
 
 
 def test_a_run_of_another_tower_family_in_model_dir_is_named_by_family(trained_run, tiny_bert_import):

@@ -27,7 +27,7 @@ from samtone_jax.models import BertConfig
 
 TOKENIZER = run_folders.TOKENIZER
 # The Hugging Face model types an --format=hf import reads, and what they are.
-SUPPORTED_MODEL_TYPES = {"t5": "a T5.1.1 encoder", "bert": "BERT, MiniLM"}
+SUPPORTED_MODEL_TYPES = {"t5": "a T5.1.1 encoder", "mt5": "an mT5 encoder", "bert": "BERT, MiniLM"}
 
 
 def _json(path, what: str) -> dict:
@@ -49,7 +49,7 @@ def bert_folder(fmt: str, src: str) -> tuple[str, int | None] | None:
     config = paths.as_path(src) / "config.json"
     if fmt == "hf" and not is_sentence_transformers and config.exists():
         kind = json.loads(config.read_text()).get("model_type")
-        if kind not in SUPPORTED_MODEL_TYPES:
+        if kind is not None and kind not in SUPPORTED_MODEL_TYPES:
             raise CheckpointMismatchError(
                 f"{config}: model_type {kind!r}, which no tower family here loads; supported: "
                 + ", ".join(f"{k} ({v})" for k, v in SUPPORTED_MODEL_TYPES.items())

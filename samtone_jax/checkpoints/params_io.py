@@ -57,33 +57,36 @@ def save_sharded_params(
     extra_files: dict[str, bytes] | None = None,
 ) -> str:
     """save_params for parameters sharded over the devices of one or several processes (a pod): every
-    process writes its own shards with orbax straight into `directory` (gs://, or a disk the
-    processes share), then process 0 writes the small files and the commit marker last. An
-    interrupted write leaves no marker, which every reader requires; an overwrite removes the old
-    marker first."""
-    import datetime
-
+    process writes its own shards with orbax into `<directory>.staged` beside it (gs://, or a disk
+    the processes share), then process 0 writes the small files and commits it as atomic_directory
+    does (marker last; an overwrite replaces only what was there at the start; a kill leaves the
+    old version, or on gs:// a complete new one the next write moves in)."""
     from jax.experimental import multihost_utils
 
-    from samtone_jax.atomic_file import MARKER, write_atomic
+    from samtone_jax.atomic_file import begin_in_place, commit_in_place, write_atomic
 
-    target = paths.as_path(directory)
-    if target.exists() and not overwrite:  # every process, before any waits for the others
-        raise ExistingFileError(f"{target} already exists; choose another destination or remove it first (--overwrite)")
-    if jax.process_index() == 0 and target.exists():
-        (target / MARKER).unlink(missing_ok=True)
-        target.rmtree()
-    multihost_utils.sync_global_devices("save_sharded_params: target cleared")
+    error, staged, seen = None, None, None
+    if jax.process_index() == 0:
+        try:
+            staged, seen = begin_in_place(directory, overwrite)
+        except Exception as e:  # noqa: BLE001  told to every process below, then raised
+            error = e
+    ok = multihost_utils.broadcast_one_to_all(np.int32(error is None))
+    if error is not None:
+        raise error
+    if not int(ok):
+        raise ExistingFileError(f"{directory}: process 0 could not start the write (its log says why)")
+    staged = paths.as_path(f"{paths.as_str(directory)}.staged")  # every process: the same folder
     checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(target / PARAMS, params)
+    checkpointer.save(staged / PARAMS, params)
     checkpointer.wait_until_finished()
     multihost_utils.sync_global_devices("save_sharded_params: shards written")
     if jax.process_index() == 0:
-        write_atomic(target / MODEL_GIN, model_gin)
-        write_atomic(target / INFO_JSON, json.dumps(info or {}, indent=2, sort_keys=True))
+        write_atomic(staged / MODEL_GIN, model_gin)
+        write_atomic(staged / INFO_JSON, json.dumps(info or {}, indent=2, sort_keys=True))
         for name, data in (extra_files or {}).items():
-            write_atomic(target / name, data)
-        write_atomic(target / MARKER, f"complete {datetime.datetime.now(datetime.UTC).isoformat()}\n")
+            write_atomic(staged / name, data)
+        commit_in_place(directory, seen)
     multihost_utils.sync_global_devices("save_sharded_params: committed")
     return str(directory)
 

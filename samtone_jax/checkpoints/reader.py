@@ -96,7 +96,8 @@ def base_of(checkpoint: str, required: bool = False) -> str | None:
                 raise BadValueError(
                     f"the frozen tower of {checkpoint} was replaced: {reference} names {base} with fingerprint "
                     f"{recorded}, and what is there now has fingerprint {now} (another model, or the same one written "
-                    "again); put the original back, or train the adapters again on the new tower"
+                    "again); put the original back, or train the adapters again on the new tower (if it holds the very "
+                    f'same weights, remove the "fingerprint" entry of {reference} to accept it)'
                 )
         return base
     if required:

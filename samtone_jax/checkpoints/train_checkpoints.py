@@ -112,12 +112,31 @@ def _late_callback_of_a_closed_loop(error, tb) -> bool:
     return False
 
 
+def _set_aside_unmarked_steps(directory) -> None:
+    """A local step folder without its commit marker (a copy of a gs:// run taken mid-save; orbax's
+    local rule alone would restore it) is moved to `<step>.incomplete-<time>` before a run resumes
+    (one process; on several, one line asks to move it). On gs:// orbax already requires the marker."""
+    if paths.is_remote(directory) or not directory.is_dir():
+        return
+    unmarked = [p for p in directory.iterdir() if p.name.isdigit() and not (p / run_folders.COMMIT_MARKER).exists()]
+    for step in sorted(unmarked, key=lambda p: int(p.name)):
+        if jax.process_count() > 1:
+            raise CheckpointRestoreError(
+                f"checkpoint {step} has no {run_folders.COMMIT_MARKER} (a save cut off, or a copy taken while it "
+                f"ran): move it aside (mv {step} {step}.incomplete) and rerun"
+            )
+        aside = f"{step}.incomplete-{int(time.time())}"
+        log.warning("checkpoint %s has no %s: moved to %s", step, run_folders.COMMIT_MARKER, aside)
+        paths.move(step, aside)
+
+
 class TrainCheckpointer:
     def __init__(self, directory, every: int, keep: int):
         _drop_orbax_save_failure_echoes()
         self.directory, self.every = paths.as_path(directory), max(every, 1)
         self._pending: int | None = None  # the step of an asynchronous save not yet known complete
         self._failed = False
+        _set_aside_unmarked_steps(self.directory)
         options = ocp.CheckpointManagerOptions(
             save_interval_steps=max(every, 1), max_to_keep=keep, enable_async_checkpointing=True, create=True
         )

@@ -77,11 +77,10 @@ def encode_to_shards(
     manifest = _manifest(ids, texts, shard_size, fingerprint or {})
     path = paths.as_path(out_dir) / MANIFEST
     previous = json.loads(path.read_text()) if path.exists() else None
-    _barrier(process_count, f"read {path}")  # every process decides on the same manifest
-    if previous is None:
-        write_atomic(path, json.dumps(manifest, indent=2, sort_keys=True))
-    elif previous != manifest:
-        differ = _differences(previous, manifest)
+    # 0: no manifest yet, 1: this one, 2: another's: process 0 decides for every process
+    decision = _agreed(0 if previous is None else 1 if previous == manifest else 2, process_count)
+    if decision == 2:
+        differ = _differences(previous or {}, manifest) or ["what process 0 read"]
         if stale == "refuse":
             raise BadValueError(
                 f"{out_dir} holds embeddings of something else (differs in {', '.join(differ)}); "
@@ -90,8 +89,9 @@ def encode_to_shards(
         if process_index == 0:
             log.warning("%s held embeddings of something else (%s): encoding again", out_dir, ", ".join(differ))
             _clear(out_dir)
-            write_atomic(path, json.dumps(manifest, indent=2, sort_keys=True))
-        _barrier(process_count, f"cleared {out_dir}")
+    if decision != 1 and process_index == 0:
+        write_atomic(path, json.dumps(manifest, indent=2, sort_keys=True))
+    _barrier(process_count, f"manifest of {out_dir}")
     count = manifest["shards"]
     mine = [i for i in range(count) if i % process_count == process_index]
     todo = [i for i in mine if not _shard_path(out_dir, i, count).exists()]
@@ -111,6 +111,17 @@ def encode_to_shards(
             with atomic_open(_shard_path(out_dir, i, count)) as f:
                 np.savez(f, embeddings=embeddings, ids=np.asarray(ids[lo:hi], dtype=str))
     return todo
+
+
+def _agreed(value: int, process_count: int) -> int:
+    """Process 0's `value`, on every process (one process: `value`)."""
+    import jax
+
+    if process_count > 1 and jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+    return value
 
 
 def _barrier(process_count: int, name: str) -> None:

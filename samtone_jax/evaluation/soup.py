@@ -75,8 +75,9 @@ def _check_same_model(found: list[Ingredient]) -> None:
     from samtone_jax.checkpoints.train_checkpoints import first_shape_difference
 
     bases = {i.label: _base(i) for i in found}  # LoRA: the frozen tower every ingredient adapts
-    if len(set(bases.values())) > 1:
-        named = "; ".join(f"{label}: {base or 'its own'}" for label, base in bases.items())
+    paths_, fingerprints = {b[0] if b else None for b in bases.values()}, {b[1] for b in bases.values() if b and b[1]}
+    if len(paths_) > 1 or len(fingerprints) > 1:
+        named = "; ".join(f"{label}: {base[0] if base else 'its own'}" for label, base in bases.items())
         raise BadValueError(f"the checkpoints adapt different frozen towers ({named}): average adapters of one base")
     described = [_description(i) for i in found]
     for other, about in zip(found[1:], described[1:], strict=True):
@@ -123,10 +124,21 @@ def _description(ingredient: Ingredient) -> dict[str, str]:
     }
 
 
-def _base(ingredient: Ingredient) -> str | None:
-    """The frozen tower a LoRA ingredient's base.json names (None: it holds all its parameters)."""
+def _base(ingredient: Ingredient) -> tuple[str, str | None] | None:
+    """(path, fingerprint or None) of the frozen tower a LoRA ingredient's base.json names (None: it
+    holds all its parameters)."""
+    import json
+
     reference = paths.as_path(ingredient.source) / run_folders.BASE
-    return reference.read_text() if reference.exists() else None
+    if not reference.exists():
+        return None
+    try:
+        record = json.loads(reference.read_text())
+        return paths.as_str(record["path"]), record.get("fingerprint")
+    except (ValueError, KeyError, TypeError) as e:
+        raise BadValueError(
+            f"{reference} is damaged ({e}): it should be {{'path': <the frozen tower's checkpoint>}}"
+        ) from None
 
 
 def _abstract(ingredient: Ingredient):

@@ -13,9 +13,9 @@ batch. The 7 bits are what makes them accurate on every CPU: onnxruntime's u8 x 
 and on AVX-512 without VNNI (VPMADDUBSW) add two products in 16 bits with saturation, which full
 int8 weights overflow (255 · 127 · 2 > 32767) and 7-bit ones cannot (255 · 64 · 2 = 32640); VNNI,
 AMX and ARM kernels are exact either way. `saturating_matmuls` finds weights outside that range,
-and `write` refuses a graph that has any. The tokenizer is the export's own (tokenizer.json beside them; prompts in samtone.json).
-`check` runs every graph in onnxruntime against our JAX embeddings on real texts: float32 must
-reach MIN_COSINE; int8's cosine is measured and reported, not required.
+and `write` refuses a graph that has any. The tokenizer is the export's own (tokenizer.json beside
+them; prompts in samtone.json). `check` runs every graph in onnxruntime against our JAX embeddings
+on real texts: float32 must reach MIN_COSINE; int8's cosine is measured and reported, not required.
 
 sentence-transformers' ONNX backend cannot load these here: it reads ONNX through `optimum`, whose
 releases pin transformers < 5 (optimum 2.1 would downgrade this project's transformers 5.24).

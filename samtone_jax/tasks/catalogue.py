@@ -261,13 +261,22 @@ def _data_paths(name: str) -> list[str]:
     except BadValueError:  # no data root configured: the task's load names it
         return []
     if name.startswith("multireqa_squad_dev"):
-        return [paths.join(root, "multireqa_squad_dev"), paths.join(root, "squad_v1.1", "dev-v1.1.json")]
+        return [*_entries(paths.join(root, "multireqa_squad_dev")), paths.join(root, "squad_v1.1", "dev-v1.1.json")]
     if name == "msmarco_passage":
-        return [paths.join(root, "msmarco_passage")]
+        return _entries(paths.join(root, "msmarco_passage"))
     loader, splits = LOADERS[name]
     if name.startswith("beir_"):
-        return [paths.join(root, "beir", loader.args[0])]
+        return _entries(paths.join(root, "beir", loader.args[0]))
     return [f for split in splits for f in multireqa.official_paths(root, loader.args[0], split)]
+
+
+def _entries(folder: str) -> list[str]:
+    """A data folder's files and sub-folders (a new file beside them is fine), or [folder] when it
+    cannot be listed."""
+    try:
+        return [paths.join(folder, p.name) for p in paths.as_path(folder).iterdir()]
+    except OSError:
+        return [folder]
 
 
 def files_of(name: str) -> str:
