@@ -8,8 +8,9 @@ setup(
     description="Train T5.1.1 dual-encoder retrievers with same-tower negatives (SamToNe) in JAX/Flax.",
     python_requires=">=3.11",
     packages=find_packages(include=["samtone_jax", "samtone_jax.*"]),
-    # The native CPU top-k kernel's source, compiled on first use (samtone_jax/evaluation/native_top_k.py).
-    package_data={"samtone_jax.evaluation": ["native/*.cc"]},
+    # The native CPU top-k kernel's source, compiled on first use (samtone_jax/evaluation/native_top_k.py),
+    # and the gin files every mode resolves `--gin_file=models/...` against (gin_utils.GIN_CONFIGS_DIR).
+    package_data={"samtone_jax.evaluation": ["native/*.cc"], "samtone_jax": ["gin_configs/*/*.gin"]},
     install_requires=[
         "jax>=0.10,<0.11",
         "jaxlib>=0.10,<0.11",

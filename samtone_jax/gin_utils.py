@@ -2,7 +2,7 @@
 
 Layering follows T5X: `architectures/` (sde, ade, ade_spl) -> `models/` (T5.1.1 sizes) ->
 `losses/` -> `runs/`. Files are looked up relative to the current directory first, then
-relative to the repository's `gin_configs/`.
+relative to the package's `gin_configs/` (samtone_jax/gin_configs, shipped in the wheel).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from samtone_jax.models import BertConfig as _BertConfig
 from samtone_jax.models import DualEncoder as _DualEncoder
 from samtone_jax.models import T5Config as _T5Config
 
-GIN_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "gin_configs"
+GIN_CONFIGS_DIR = Path(__file__).resolve().parent / "gin_configs"  # inside the package: a wheel ships them
 
 # The gin-wrapped classes: calling them picks up the bound parameters.
 T5Config = gin.external_configurable(_T5Config, "T5Config")
@@ -64,7 +64,7 @@ gin.config._FILE_READERS[:] = [(reader, _tolerant(exists)) for reader, exists in
 
 
 def resolve_gin_file(path: str) -> str:
-    """`path` as given if it exists, else relative to the repository's gin_configs/."""
+    """`path` as given if it exists, else relative to the package's gin_configs/."""
     if os.path.exists(path):
         return os.path.abspath(path)
     candidate = GIN_CONFIGS_DIR / path

@@ -15,7 +15,11 @@ import pytest
 from samtone_jax import cli, configurables  # noqa: F401  (configurables: registers every gin name)
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "gin_configs").rglob("*.gin"))]
+DOCS = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "samtone_jax" / "gin_configs").rglob("*.gin")),
+]
 COMMAND = re.compile(r"(?:\$S|(?<![\w/-])samtone|run\.sh(?: --\S+)*)\s+([a-z][a-z-]+)\b(.*)")
 
 

@@ -1,0 +1,1 @@
+"""Official data formats -> retrieval collections, tokenisation, the tf.data pipeline, packing."""
