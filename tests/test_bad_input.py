@@ -23,7 +23,7 @@ import shutil
 import signal
 
 import pytest
-from conftest import tiny_train_argv
+from conftest import small_disk, tiny_train_argv
 
 from samtone_jax import cli, configurables
 from samtone_jax.data import records
@@ -363,12 +363,7 @@ def test_disk_full_during_a_checkpoint_is_one_line_with_the_cause_and_the_last_c
     import subprocess
     import sys
 
-    small = tmp_path / "small"
-    small.mkdir()
-    mount = ["mount", "-t", "tmpfs", "-o", "size=1000k", "tmpfs", str(small)]
-    if subprocess.run(mount, capture_output=True).returncode:
-        pytest.skip("mounting a 1000 KiB tmpfs (a disk that fills after a checkpoint or two) needs root")
-    try:
+    with small_disk(tmp_path / "small", "1000k", "a disk that fills after a checkpoint or two") as small:
         argv = tiny_train_argv(small / "run", wordnet_env[1], steps=6, extra=["--gin.train.checkpoint_every=1"])
         done = subprocess.run(
             [sys.executable, "-m", "samtone_jax.cli", *argv],
@@ -378,8 +373,6 @@ def test_disk_full_during_a_checkpoint_is_one_line_with_the_cause_and_the_last_c
             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1"),
         )
         complete = sorted(p.name for p in (small / "run" / "checkpoints").iterdir() if p.name.isdigit())
-    finally:
-        subprocess.run(["umount", str(small)], check=True)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr

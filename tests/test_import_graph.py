@@ -24,6 +24,7 @@ LAYERS = (
         "run_lock",
         "tensorflow_setup",
         "xla_cpu_flags",
+        "compilation_cache",
         "console_progress",
         "event_writer",
         "stop_request",

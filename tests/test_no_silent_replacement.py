@@ -15,7 +15,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import tiny_train_argv, tiny_wordpiece_bert
+from conftest import small_disk, tiny_train_argv, tiny_wordpiece_bert
 
 from samtone_jax import atomic_file, cli
 from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
@@ -499,19 +499,12 @@ def test_a_truncated_safetensors_import_is_one_line(wordnet_env, tmp_path, capsy
 
 
 def test_an_export_onto_a_full_disk_is_one_line_and_leaves_nothing(trained_run, tmp_path):
-    small = tmp_path / "small"
-    small.mkdir()
-    mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)]
-    if subprocess.run(mount, capture_output=True).returncode:
-        pytest.skip("mounting a 64 KiB tmpfs (a disk an export fills) needs root")
-    try:
+    with small_disk(tmp_path / "small", "64k", "a disk an export fills") as small:
         argv = ["export", f"--checkpoint={trained_run}", "--format=sentence-transformers", f"--out={small}/export"]
         done = subprocess.run(
             [sys.executable, "-m", "samtone_jax.cli", *argv], capture_output=True, text=True, timeout=300
         )
         left = os.listdir(small)
-    finally:
-        subprocess.run(["umount", str(small)], check=True)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "No space left on device" in lines[0] and "nothing was written there" in lines[0], lines[0]
