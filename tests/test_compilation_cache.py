@@ -58,8 +58,23 @@ def test_a_second_identical_run_compiles_nothing_and_a_changed_shape_compiles_ag
     other = tiny_train_argv(tmp_path / "c", wordnet_env[1], steps=1, extra=["--gin.train.batch_size=4"])
     changed = _run(other, cache)
     assert changed.get("cache_misses", 0) > 0, changed
-    off = _run(tiny_train_argv(tmp_path / "d", wordnet_env[1], steps=1), "off")
-    assert off.get("task_disabled_cache") == 1 and "tasks_using_cache" not in off, off
+
+
+def test_off_disables_jaxs_cache_and_jaxs_own_folder_is_kept_when_ours_is_not_given(tmp_path, monkeypatch):
+    import jax
+
+    monkeypatch.delenv(compilation_cache.ENVIRONMENT, raising=False)
+    before = (jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)
+    try:
+        assert compilation_cache.enable("off") is None and jax.config.jax_enable_compilation_cache is False
+        jax.config.update("jax_enable_compilation_cache", True)
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "jax_own"))
+        assert compilation_cache.enable() == str(tmp_path / "jax_own")  # JAX_COMPILATION_CACHE_DIR's
+        assert compilation_cache.enable(str(tmp_path / "ours")) == str(tmp_path / "ours")
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "ours")
+    finally:
+        jax.config.update("jax_enable_compilation_cache", before[0])
+        jax.config.update("jax_compilation_cache_dir", before[1])
 
 
 def test_the_cache_folder_by_flag_environment_or_default_per_cpu(tmp_path, monkeypatch):
