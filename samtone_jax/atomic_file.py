@@ -373,7 +373,7 @@ def _commit_remote(staging: str, target, seen) -> None:
     with _remote_claim(target):
         _finish_remote_move(target)
         now = _version(target)
-        if now != seen and not (seen is None and now is None):
+        if now != seen:
             raise _replaced_meanwhile(target)
         if now is None:
             _upload_tree(staging, target)
@@ -489,8 +489,7 @@ def commit_in_place(path, seen) -> None:
         _commit_local(os.fspath(staged), target, seen)
         return
     with _remote_claim(target):
-        now = _version(target)
-        if now != seen and not (seen is None and now is None):
+        if _version(target) != seen:
             (staged / MARKER).unlink(missing_ok=True)
             staged.rmtree()
             raise _replaced_meanwhile(target)
