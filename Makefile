@@ -39,7 +39,7 @@ test-fast: venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=10 -m "not slow" tests
 
 demo: venv wordnet
-	$(PY) -m samtone_jax.cli demo
+	$(PY) -m samtone_jax.cli.main demo
 
 lint: venv
 	$(PY) -m ruff format --check samtone_jax tests $(wildcard benchmarks experiments)

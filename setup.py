@@ -9,7 +9,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["samtone_jax", "samtone_jax.*"]),
     # The native CPU top-k kernel's source, compiled on first use (samtone_jax/evaluation/native_top_k.py),
-    # and the gin files every mode resolves `--gin_file=models/...` against (gin_utils.GIN_CONFIGS_DIR).
+    # and the gin files every mode resolves `--gin_file=models/...` against (gin_config.GIN_CONFIGS_DIR).
     package_data={"samtone_jax.evaluation": ["native/*.cc"], "samtone_jax": ["gin_configs/*/*.gin"]},
     install_requires=[
         "jax>=0.10,<0.11",
@@ -32,7 +32,7 @@ setup(
         "tqdm",
         "bm25s",
         "etils[epath]",
-        "gcsfs>=2026.10",  # gs:// through the path layer (samtone_jax/paths.py)
+        "gcsfs>=2026.10",  # gs:// through the path layer (samtone_jax/core/paths.py)
         "google-cloud-storage",  # the MODEL_DIR lock's generation preconditions (run_lock.py)
         "google-crc32c",  # TensorBoard event records (event_writer.py)
         "tensorboard",
@@ -42,5 +42,5 @@ setup(
         "export": ["torch==2.13.0", "transformers==5.24.0", "sentence-transformers==6.2.0"],
         "faiss": ["faiss-cpu>=1.15"],
     },
-    entry_points={"console_scripts": ["samtone=samtone_jax.cli:main"]},
+    entry_points={"console_scripts": ["samtone=samtone_jax.cli.main:main"]},
 )

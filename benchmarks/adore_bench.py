@@ -26,10 +26,14 @@ import optax  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from samtone_jax import partitioning  # noqa: E402
 from samtone_jax.evaluation.search import chunked_top_k  # noqa: E402
 from samtone_jax.hard_negatives.adore_train import make_adore_step  # noqa: E402
-from samtone_jax.models import DualEncoder, T5Config, init_params  # noqa: E402
+from samtone_jax.models import (  # noqa: E402
+    DualEncoder,
+    T5Config,
+    init_params,
+    partitioning,  # noqa: E402
+)
 
 
 def median_time(fn, args, repeats):

@@ -43,8 +43,13 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import real_data_step_bench  # noqa: E402
 
-from samtone_jax import cli, configurables, gin_utils, optimizer, partitioning, run_folders, train  # noqa: E402
 from samtone_jax.checkpoints.pretrained import minilm_folder  # noqa: E402
+from samtone_jax.cli import gin_registry
+from samtone_jax.cli import main as cli  # noqa: E402
+from samtone_jax.config import gin_config
+from samtone_jax.core import run_folders
+from samtone_jax.models import partitioning
+from samtone_jax.training import optimizer, train
 
 QUERY_LENGTH, DOC_LENGTH, TAU, LR = 32, 48, 0.05, 1e-3
 LOSSES = {"in-batch": ("losses/in_batch.gin", ("query_to_doc",)), "samtone": ("losses/samtone_query.gin", None)}
@@ -52,10 +57,10 @@ SAMTONE_DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query")
 
 
 def real_batches(vocabulary: str, batch: int, count: int) -> list[dict]:
-    from samtone_jax import train_batches
     from samtone_jax.data import pipeline
     from samtone_jax.data.input_spec import InputSpec
     from samtone_jax.tasks import registration
+    from samtone_jax.training import train_batches
 
     spec = InputSpec(vocabulary, QUERY_LENGTH, DOC_LENGTH)
     registration.register(spec)
@@ -68,14 +73,14 @@ class Ours(real_data_step_bench.Ours):
     as real_data_step_bench.Ours times it)."""
 
     def __init__(self, imported: str, loss_gin: str, max_segments: int | None):
-        configurables.parse(
+        gin_registry.parse(
             [f"{imported}/{run_folders.MODEL_GIN}", loss_gin], [f"TEMPERATURE = {TAU}", "create_mesh.num_devices = 1"]
         )
-        model = gin_utils.model()
+        model = gin_config.model()
         self.mesh = partitioning.create_mesh(devices=jax.devices()[:1])
         tx, schedule = optimizer.adafactor(learning_rate=LR, train_steps=10_000)
         self.state = train.initial_state(model, tx, self.mesh, seed=0, init_checkpoint=imported)
-        step = train.make_train_step(model, tx, schedule, self.mesh, None, gin_utils.contrastive_loss, max_segments)
+        step = train.make_train_step(model, tx, schedule, self.mesh, None, gin_config.contrastive_loss, max_segments)
         self.step = jax.jit(step, donate_argnums=0)
 
 
@@ -126,7 +131,7 @@ def main():
     import torch
 
     from samtone_jax.data.packing import pack_batch
-    from samtone_jax.train_batches import Packing
+    from samtone_jax.training.train_batches import Packing
 
     torch.set_num_threads(os.cpu_count())
     folder = minilm_folder()

@@ -29,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from samtone_jax import quantization  # noqa: E402
+from samtone_jax.compression import quantization  # noqa: E402
 from samtone_jax.evaluation import compressed  # noqa: E402
 
 

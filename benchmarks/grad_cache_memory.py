@@ -1,7 +1,7 @@
 """Memory of a training step against contrastive batch size, with and without GradCache.
 
 For each batch size B (pairs) and each step kind, a fresh process builds the model, compiles the
-training step (samtone_jax.train.make_train_step) and runs it twice, then reports
+training step (samtone_jax.training.train.make_train_step) and runs it twice, then reports
   temp   XLA's compiled temporary bytes (memory_analysis().temp_size_in_bytes),
   rss    the process's peak resident set (ru_maxrss) after the steps,
   emb    the bytes of the batch's embeddings and their gradients (2 sides × B × D × 4 × 2),
@@ -37,11 +37,14 @@ def measure(batch: int, chunk: int | None) -> dict:
     import jax
     import numpy as np
 
-    from samtone_jax import configurables, gin_utils, optimizer, partitioning, train
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.config import gin_config
+    from samtone_jax.models import partitioning
+    from samtone_jax.training import optimizer, train
 
     bindings = [f"T5Config.{k} = {v}" for k, v in SHAPE.items()]
-    configurables.parse(["architectures/sde.gin", "losses/samtone_query.gin"], bindings)
-    model = gin_utils.model()
+    gin_registry.parse(["architectures/sde.gin", "losses/samtone_query.gin"], bindings)
+    model = gin_config.model()
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
     tx, schedule = optimizer.adafactor(train_steps=1000)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
@@ -52,7 +55,7 @@ def measure(batch: int, chunk: int | None) -> dict:
     }
     global_batch = partitioning.host_to_global(mesh, tokens)
     step = jax.jit(
-        train.make_train_step(model, tx, schedule, mesh, chunk, gin_utils.contrastive_loss), donate_argnums=0
+        train.make_train_step(model, tx, schedule, mesh, chunk, gin_config.contrastive_loss), donate_argnums=0
     )
     compiled = step.lower(state, global_batch).compile()
     temp = compiled.memory_analysis().temp_size_in_bytes

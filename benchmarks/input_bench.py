@@ -19,14 +19,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import jax  # noqa: E402
 
-from samtone_jax import configurables, gin_utils, optimizer, partitioning, train, train_batches  # noqa: E402
+from samtone_jax.cli import gin_registry  # noqa: E402
+from samtone_jax.config import gin_config
 from samtone_jax.data import pipeline  # noqa: E402
 from samtone_jax.data import vocab as vocab_lib  # noqa: E402
 from samtone_jax.data.input_spec import InputSpec  # noqa: E402
+from samtone_jax.models import partitioning
 from samtone_jax.tasks import (
     catalogue,
     registration,  # noqa: E402
 )
+from samtone_jax.training import optimizer, train, train_batches
 
 CONFIGS = [("demo: batch 64, 32/48 tokens", 64, 32, 48), ("batch 512 x 64 tokens", 512, 64, 64)]
 
@@ -46,11 +49,13 @@ def pipeline_rate(batch, lq, ld, batches):
 
 
 def step_rate(batch, lq, ld, steps):
-    model = gin_utils.model()
+    model = gin_config.model()
     mesh = partitioning.create_mesh()
     tx, schedule = optimizer.adafactor(train_steps=1000)
     state = train.initial_state(model, tx, mesh, 0, None)
-    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, None, gin_utils.contrastive_loss), donate_argnums=0)
+    step = jax.jit(
+        train.make_train_step(model, tx, schedule, mesh, None, gin_config.contrastive_loss), donate_argnums=0
+    )
     it = pipeline.train_dataset(
         "wordnet_definitions", "train", InputSpec(None, lq, ld), batch_size=batch
     ).as_numpy_iterator()
@@ -75,7 +80,7 @@ def main():
     args = parser.parse_args()
     if not os.path.exists(args.vocab):
         vocab_lib.train_sentencepiece(catalogue.collection("wordnet_definitions", "train").texts(), 8000, args.vocab)
-    configurables.parse(["runs/demo_cpu.gin"], [f"VOCABULARY = '{args.vocab}'"])
+    gin_registry.parse(["runs/demo_cpu.gin"], [f"VOCABULARY = '{args.vocab}'"])
     registration.register(InputSpec(args.vocab))
     print(f"CPU: {os.cpu_count()} cores; model: runs/demo_cpu.gin (d_model 64, 3 layers); task wordnet_definitions")
     print(f"{'configuration':32s} {'pipeline ex/s':>14s} {'step ex/s':>10s} {'ratio':>7s}")

@@ -26,23 +26,28 @@ sys.path.insert(0, str(Path(__file__).parent))
 import jax  # noqa: E402
 from bert_finetune_bench import TAU, real_batches  # noqa: E402
 
-from samtone_jax import cli, configurables, gin_utils, optimizer, partitioning, run_folders, train  # noqa: E402
 from samtone_jax.checkpoints.pretrained import minilm_folder  # noqa: E402
+from samtone_jax.cli import gin_registry
+from samtone_jax.cli import main as cli  # noqa: E402
+from samtone_jax.config import gin_config
+from samtone_jax.core import run_folders
+from samtone_jax.models import partitioning
+from samtone_jax.training import optimizer, train
 
 
 def arm(imported: str, rank: int, packed: list[dict]) -> tuple[float, dict]:
     """(seconds a step, XLA's cost analysis) of the step with LoRA rank `rank` (0: full fine-tuning)."""
     bindings = [f"TEMPERATURE = {TAU}", "create_mesh.num_devices = 1"]
-    configurables.parse(
+    gin_registry.parse(
         [f"{imported}/{run_folders.MODEL_GIN}", "losses/samtone_query.gin"],
         bindings + ([f"DualEncoder.lora_rank = {rank}"] if rank else []),
     )
-    model = gin_utils.model()
+    model = gin_config.model()
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
     tx, schedule = optimizer.adamw(learning_rate=5e-4 if rank else 5e-5, train_steps=10_000)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=imported)
     step = jax.jit(
-        train.make_train_step(model, tx, schedule, mesh, None, gin_utils.contrastive_loss, 8), donate_argnums=0
+        train.make_train_step(model, tx, schedule, mesh, None, gin_config.contrastive_loss, 8), donate_argnums=0
     )
     arrays = [partitioning.host_to_global(mesh, p) for p in packed]
     cost = step.lower(state, arrays[0]).compile().cost_analysis()
@@ -60,7 +65,7 @@ def arm(imported: str, rank: int, packed: list[dict]) -> tuple[float, dict]:
 
 def main() -> None:
     from samtone_jax.data.packing import pack_batch
-    from samtone_jax.train_batches import Packing
+    from samtone_jax.training.train_batches import Packing
 
     imported = tempfile.mkdtemp(prefix="lora_step_bench_") + "/m"
     assert (

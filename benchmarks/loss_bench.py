@@ -1,6 +1,6 @@
 """Forward + backward of bidirectional query-side SamToNe on the CPU, against its peers, one run.
 
-  ours            samtone_jax.losses.contrastive_loss (jit, float32)
+  ours            samtone_jax.objectives.losses.contrastive_loss (jit, float32)
   naive torch     the formula written the straightforward way: three cos_sim matrices, exp,
                   sums, log (as users post it)
   mnrl            sentence-transformers 6.2 MultipleNegativesRankingLoss with the same three
@@ -28,7 +28,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from samtone_jax.losses import contrastive_loss  # noqa: E402
+from samtone_jax.objectives.losses import contrastive_loss  # noqa: E402
 
 TAU = 0.01
 

@@ -28,9 +28,11 @@ import jax  # noqa: E402
 import optax  # noqa: E402
 from real_data_step_bench import TASKS, Ours, computed_tokens, real_batches, vocabulary_for  # noqa: E402
 
-from samtone_jax import gin_utils, partitioning, train  # noqa: E402
-from samtone_jax.batch_embeddings import embed_batch  # noqa: E402
+from samtone_jax.config import gin_config  # noqa: E402
 from samtone_jax.data.packing import pack_batch  # noqa: E402
+from samtone_jax.models import partitioning
+from samtone_jax.training import train
+from samtone_jax.training.batch_embeddings import embed_batch  # noqa: E402
 
 
 def parts(ours: Ours) -> dict:
@@ -38,7 +40,7 @@ def parts(ours: Ours) -> dict:
     model, mesh, tx, segments = ours.model, ours.mesh, ours.tx, ours.max_segments
 
     def loss(params, batch):
-        loss_fn = train.make_loss_on_embeddings(model, mesh, batch, gin_utils.contrastive_loss)
+        loss_fn = train.make_loss_on_embeddings(model, mesh, batch, gin_config.contrastive_loss)
         return loss_fn(params, *embed_batch(model, params, batch, None, segments))
 
     def grads(params, opt_state, batch):

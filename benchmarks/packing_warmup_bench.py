@@ -49,8 +49,8 @@ def vocabulary() -> str:
 
 def one_arm(arm: str, steps: int, batch: int, vocab: str, out: str) -> None:
     """In a fresh process: train, recording when each step's metrics arrive."""
-    from samtone_jax import cli
-    from samtone_jax.train_logging import ProgressLogger
+    from samtone_jax.cli import main as cli
+    from samtone_jax.training.train_logging import ProgressLogger
 
     start = time.perf_counter()
     done: list[float] = []

@@ -41,7 +41,11 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from train_step_bench import LR, SHAPE, TAU, matmul_peak, theirs_step  # noqa: E402
 
-from samtone_jax import configurables, gin_utils, optimizer, partitioning, run_folders, train, train_batches  # noqa: E402
+from samtone_jax.cli import gin_registry  # noqa: E402
+from samtone_jax.config import gin_config
+from samtone_jax.core import run_folders
+from samtone_jax.models import partitioning
+from samtone_jax.training import optimizer, train, train_batches
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = {"wordnet_definitions": (32, 48, "train"), "multireqa_squad_dev": (64, 192, "train")}
@@ -92,16 +96,16 @@ class Ours:
 
     def __init__(self, max_segments: int | None):
         bindings = [f"T5Config.{k} = {v}" for k, v in SHAPE.items()]
-        configurables.parse(
+        gin_registry.parse(
             ["architectures/sde.gin", "losses/samtone_query.gin"],
             [*bindings, "T5Config.mlp_activations = ('gelu', 'linear')", f"TEMPERATURE = {TAU}"],
         )
-        model = gin_utils.model()
+        model = gin_config.model()
         self.mesh = partitioning.create_mesh(devices=jax.devices()[:1])
         tx, schedule = optimizer.adafactor(learning_rate=LR, train_steps=10_000)
         self.model, self.tx, self.max_segments = model, tx, max_segments
         self.state = train.initial_state(model, tx, self.mesh, seed=0, init_checkpoint=None)
-        step = train.make_train_step(model, tx, schedule, self.mesh, None, gin_utils.contrastive_loss, max_segments)
+        step = train.make_train_step(model, tx, schedule, self.mesh, None, gin_config.contrastive_loss, max_segments)
         self.step = jax.jit(step, donate_argnums=0)
 
     def __call__(self, batch: dict) -> float:

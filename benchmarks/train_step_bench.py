@@ -6,7 +6,7 @@ pairs × 64 tokens on each side, float32, dropout off. Step = forward of both si
 query-side SamToNe (τ 0.01), backward, Adafactor update (factored, decay 0.8, parameter scale,
 clipping 1.0, lr 1e-3).
 
-  ours   samtone_jax.train.make_train_step (the training loop's jitted step, on a 1-device mesh)
+  ours   samtone_jax.training.train.make_train_step (the training loop's jitted step, on a 1-device mesh)
   theirs sentence-transformers 6.2: Transformer(T5EncoderModel) + Pooling(mean) + Dense(no bias)
          + Normalize, MultipleNegativesRankingLoss(directions query_to_doc, query_to_query,
          doc_to_query; joint) = the same loss, transformers' Adafactor with the same settings
@@ -37,7 +37,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from samtone_jax import configurables, gin_utils, optimizer, partitioning, train  # noqa: E402
+from samtone_jax.cli import gin_registry  # noqa: E402
+from samtone_jax.config import gin_config
+from samtone_jax.models import partitioning
+from samtone_jax.training import optimizer, train
 
 SHAPE = dict(emb_dim=512, num_heads=8, head_dim=64, mlp_dim=1024, num_layers=4, vocab_size=32128)
 TAU = 0.01
@@ -112,17 +115,19 @@ def random_tokens(batch: int, length: int, seed: int) -> np.ndarray:
 
 def bench_ours(batch: int, length: int, steps: int, extra_bindings=()):
     bindings = [f"T5Config.{k} = {v}" for k, v in SHAPE.items()]
-    configurables.parse(
+    gin_registry.parse(
         ["architectures/sde.gin", "losses/samtone_query.gin"],
         [*bindings, "T5Config.mlp_activations = ('gelu', 'linear')", f"TEMPERATURE = {TAU}", *extra_bindings],
     )
-    model = gin_utils.model()
+    model = gin_config.model()
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
     tx, schedule = optimizer.adafactor(learning_rate=LR, train_steps=10_000)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
     batch_arrays = {"query_tokens": random_tokens(batch, length, 1), "doc_tokens": random_tokens(batch, length, 2)}
     global_batch = partitioning.host_to_global(mesh, batch_arrays)
-    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, None, gin_utils.contrastive_loss), donate_argnums=0)
+    step = jax.jit(
+        train.make_train_step(model, tx, schedule, mesh, None, gin_config.contrastive_loss), donate_argnums=0
+    )
     compiled = step.lower(state, global_batch).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost

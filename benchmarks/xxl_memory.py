@@ -29,8 +29,10 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from samtone_jax import configurables, gin_utils, optimizer, partitioning, train  # noqa: E402
-from samtone_jax.models import init_params  # noqa: E402
+from samtone_jax.cli import gin_registry  # noqa: E402
+from samtone_jax.config import gin_config  # noqa: E402
+from samtone_jax.models import init_params, partitioning  # noqa: E402
+from samtone_jax.training import optimizer, train  # noqa: E402
 
 GiB = 1024**3
 
@@ -39,7 +41,7 @@ def report(fsdp: bool, architecture: str, args) -> dict:
     """Memory of one layout; `architecture` 'sde_lora' is sde with a LoRA adapter, 'ade_lora' one
     frozen tower with an adapter per side (both rank args.lora_rank)."""
     lora = architecture.endswith("lora")
-    configurables.parse(
+    gin_registry.parse(
         ["models/t5_1_1_xxl.gin", "architectures/sde.gin", "losses/samtone_query.gin"],
         [
             "ACTIVATION_DTYPE = 'bfloat16'",
@@ -50,7 +52,7 @@ def report(fsdp: bool, architecture: str, args) -> dict:
             f"DualEncoder.lora_rank = {args.lora_rank if lora else 0}",
         ],
     )
-    model = gin_utils.model()
+    model = gin_config.model()
     mesh = partitioning.create_mesh()
     boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
     shardings = partitioning.param_shardings(mesh, boxed)
@@ -85,7 +87,7 @@ def report(fsdp: bool, architecture: str, args) -> dict:
     }
     start = time.time()
     step = jax.jit(
-        train.make_train_step(model, tx, schedule, mesh, args.grad_cache or None, gin_utils.contrastive_loss)
+        train.make_train_step(model, tx, schedule, mesh, args.grad_cache or None, gin_config.contrastive_loss)
     )
     with partitioning.activation_sharding(mesh):
         compiled = step.lower(state, batch).compile()

@@ -14,7 +14,7 @@ import statistics
 import time
 import traceback
 
-from samtone_jax import run_folders
+from samtone_jax.core import run_folders
 
 # A T5.1.1-shaped mini encoder (d_model 64, 3 layers, gated GELU) over an 8k SentencePiece vocabulary.
 MINI_MODEL = [
@@ -52,7 +52,7 @@ def parse_into_folder(parser: argparse.ArgumentParser) -> tuple[argparse.Namespa
 def samtone(*argv: str, log: str) -> None:
     """`samtone ARGV` in this process (no interpreter start, jax import or data loading per run), its
     output and logging to `log`; exits naming the log on failure."""
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
 
     start = time.time()
     root = logging.getLogger()

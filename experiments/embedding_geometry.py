@@ -30,8 +30,9 @@ def reciprocal_ranks(scores: np.ndarray, relevant: list[list[int]]) -> np.ndarra
 
 
 def geometry(folder: str, task: str, split: str, calibration: int) -> dict[str, float]:
-    from samtone_jax import inference, quantization
+    from samtone_jax.compression import quantization
     from samtone_jax.evaluation import run
+    from samtone_jax.inference import encoder as inference
     from samtone_jax.tasks import catalogue
 
     collection = catalogue.collection(task, split)

@@ -128,7 +128,7 @@ def main():
             [
                 sys.executable,
                 "-m",
-                "samtone_jax.cli",
+                "samtone_jax.cli.main",
                 "compare",
                 *[runs[n] for n in names],
                 "--measures",

@@ -29,7 +29,7 @@ XLA_FLAGS="$(echo "${XLA_FLAGS:-}" | sed -E 's/--xla_force_host_platform_device_
 export XLA_FLAGS
 PIDS=()
 for ((i = 0; i < N; i++)); do
-  "$PYTHON" -m samtone_jax.cli "$MODE" --coordinator_address="127.0.0.1:$PORT" --num_processes="$N" \
+  "$PYTHON" -m samtone_jax.cli.main "$MODE" --coordinator_address="127.0.0.1:$PORT" --num_processes="$N" \
     --process_id="$i" --num_cpu_devices="$DEVICES" "$@" > "$LOGS/process_$i.log" 2>&1 &
   PIDS+=($!)
 done

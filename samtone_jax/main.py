@@ -1,13 +1,13 @@
 """T5X-style entry point: `python -m samtone_jax.main --run_mode=<mode> [flags]`.
 
-Same modes and flags as the `samtone` console script (see samtone_jax/cli.py).
+Same modes and flags as the `samtone` console script (see samtone_jax/cli/main.py).
 """
 
 from __future__ import annotations
 
 import sys
 
-from samtone_jax import cli
+from samtone_jax.cli import main as cli
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,7 +57,7 @@ def pytest_sessionfinish(session):
 def _no_gin_left_over():
     """Every test starts from an empty gin config: bindings a previous test (or a session fixture's
     training) parsed, such as create_mesh.num_partitions, must not reshape this test's mesh or loss.
-    Tests and fixtures that need gin parse it themselves (configurables.parse, cli.main)."""
+    Tests and fixtures that need gin parse it themselves (gin_registry.parse, cli.main)."""
     import gin
 
     gin.clear_config()
@@ -231,7 +231,7 @@ def tiny_wordpiece_bert(folder, texts):
 @pytest.fixture(scope="session")
 def tiny_bert_import(wordnet_data, tmp_path_factory):
     """(tokenizer.json, the import-checkpoint folder) of a tiny WordPiece BERT over the WordNet fixture."""
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
     from samtone_jax.tasks import catalogue
 
     root = tmp_path_factory.mktemp("tiny_bert")
@@ -279,7 +279,7 @@ _TRAINED_RUNS: dict = {}
 def _trained(architecture, wordnet_data, tmp_path_factory):
     """A MODEL_DIR of a tiny `architecture` model trained 2 steps in this process (once a session)."""
     if architecture not in _TRAINED_RUNS:
-        from samtone_jax import cli
+        from samtone_jax.cli import main as cli
 
         wn, vocab_path = wordnet_data
         model_dir = tmp_path_factory.mktemp(f"trained_{architecture}") / "run"

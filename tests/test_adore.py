@@ -12,9 +12,9 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import partitioning
 from samtone_jax.hard_negatives import adore
 from samtone_jax.hard_negatives.adore_train import INDEX_DTYPES, quantize_index
+from samtone_jax.models import partitioning
 
 TAU = 0.1
 
@@ -123,7 +123,9 @@ def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(
     from conftest import tiny_bert_train_argv
 
     import samtone_jax
-    from samtone_jax import cli, configurables, paths
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.cli import main as cli
+    from samtone_jax.core import paths
     from samtone_jax.evaluation import search
     from samtone_jax.tasks import catalogue
 
@@ -163,7 +165,7 @@ def test_train_adore_trains_only_the_query_tower_with_dynamic_negatives(
     _, ids_before = search.exact_top_k(before.encode_queries(queries), index, 5)
     _, ids_after = search.exact_top_k(after.encode_queries(queries), index, 5)
     assert (ids_before != ids_after).any()
-    configurables.parse([], [])
+    gin_registry.parse([], [])
 
 
 def test_an_int8_index_is_widened_chunk_by_chunk_same_loss_and_no_more_memory_than_float32():

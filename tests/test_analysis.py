@@ -125,12 +125,12 @@ def test_tsne_is_joint_reproducible_and_checks_perplexity():
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    """Two tiny real dual encoders (SDE, ADE-SPL) behind samtone_jax.inference.Encoder."""
+    """Two tiny real dual encoders (SDE, ADE-SPL) behind samtone_jax.inference.encoder.Encoder."""
     import flax.linen as nn
     import jax
 
     from samtone_jax.data import vocab as vocab_lib
-    from samtone_jax.inference import Encoder
+    from samtone_jax.inference.encoder import Encoder
     from samtone_jax.models import DualEncoder, T5Config, init_params
 
     path = str(tmp_path_factory.mktemp("analysis_vocab") / "vocab.model")

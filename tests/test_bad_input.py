@@ -25,9 +25,10 @@ import signal
 import pytest
 from conftest import small_disk, tiny_train_argv
 
-from samtone_jax import cli, configurables
+from samtone_jax.cli import gin_registry
+from samtone_jax.cli import main as cli
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data import records
-from samtone_jax.errors import BadValueError
 from samtone_jax.tasks import catalogue
 
 
@@ -109,13 +110,13 @@ def test_4_8_a_non_utf8_line_names_file_and_line_and_gin_can_skip_it(tmp_path, m
     _fresh_task_cache()
     with pytest.raises(records.BadRecordError, match=r"corpus.jsonl:2: UnicodeDecodeError.*skip_bad_records.enabled"):
         catalogue.collection("beir_scifact", "test")
-    configurables.parse([], ["skip_bad_records.enabled = True"])
+    gin_registry.parse([], ["skip_bad_records.enabled = True"])
     try:
         _fresh_task_cache()
         collection = catalogue.collection("beir_scifact", "test")
         assert sorted(collection.corpus) == ["d1", "d3"] and collection.stats["bad_records"] == 1
     finally:
-        configurables.parse([], [])
+        gin_registry.parse([], [])
         _fresh_task_cache()
 
 
@@ -204,7 +205,7 @@ def test_11_12_a_run_of_another_model_or_past_its_steps_is_refused_with_config_u
 
 # 10. Two trainings in one MODEL_DIR: the second is refused, naming the holder; a dead holder's lock is taken over.
 def test_10_a_second_run_in_the_same_model_dir_is_refused_and_a_stale_lock_taken_over(wordnet_env, tmp_path, capsys):
-    from samtone_jax.run_lock import RunLock, RunLockedError
+    from samtone_jax.core.run_lock import RunLock, RunLockedError
 
     model_dir = tmp_path / "run"
     with RunLock(model_dir):
@@ -229,8 +230,8 @@ def test_10_a_second_run_in_the_same_model_dir_is_refused_and_a_stale_lock_taken
 
 
 def test_10_the_lock_on_a_bucket_uses_generation_preconditions(gcs):
-    from samtone_jax import paths
-    from samtone_jax.run_lock import RunLock, RunLockedError
+    from samtone_jax.core import paths
+    from samtone_jax.core.run_lock import RunLock, RunLockedError
 
     model_dir = f"{gcs.bucket()}/run"
     first = RunLock(model_dir, stale_after_s=300)
@@ -250,7 +251,7 @@ def test_10_the_lock_on_a_bucket_uses_generation_preconditions(gcs):
 
 # 13. Ctrl-C checkpoints like SIGTERM (a flag the loop checks); a second Ctrl-C interrupts at once.
 def test_13_ctrl_c_sets_the_checkpoint_flag_and_a_second_one_interrupts():
-    from samtone_jax import loop
+    from samtone_jax.training import loop
 
     should_stop, restore = loop.install_stop_flag()
     try:
@@ -277,7 +278,7 @@ def test_mine_refuses_an_existing_output_unless_overwrite(wordnet_env, tmp_path,
 def test_a_resumed_runs_events_tell_tensorboard_to_drop_the_killed_runs_later_steps(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from samtone_jax.event_writer import EventWriter
+    from samtone_jax.core.event_writer import EventWriter
 
     killed = EventWriter(tmp_path)
     for step in range(1, 6):  # logged up to 5, checkpointed at 3, then killed
@@ -316,7 +317,7 @@ def test_loading_a_run_warns_about_nothing(trained_run):
 def test_progress_off_a_terminal_prints_done_total_rate_and_eta_every_interval():
     import io
 
-    from samtone_jax.console_progress import Progress
+    from samtone_jax.core.console_progress import Progress
 
     now = [0.0]
     out = io.StringIO()
@@ -346,7 +347,7 @@ def test_a_cpu_start_prints_no_cuda_probe_line_and_tensorflow_sees_no_gpu():
     import sys
 
     code = (
-        "import samtone_jax.data.pipeline\nfrom samtone_jax.tensorflow_setup import tf\n"
+        "import samtone_jax.data.pipeline\nfrom samtone_jax.core.tensorflow_setup import tf\n"
         "print(int(tf.reduce_sum(tf.range(4))), tf.config.get_visible_devices('GPU'))"
     )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")  # every TF line shown
@@ -366,7 +367,7 @@ def test_disk_full_during_a_checkpoint_is_one_line_with_the_cause_and_the_last_c
     with small_disk(tmp_path / "small", "1000k", "a disk that fills after a checkpoint or two") as small:
         argv = tiny_train_argv(small / "run", wordnet_env[1], steps=6, extra=["--gin.train.checkpoint_every=1"])
         done = subprocess.run(
-            [sys.executable, "-m", "samtone_jax.cli", *argv],
+            [sys.executable, "-m", "samtone_jax.cli.main", *argv],
             capture_output=True,
             text=True,
             timeout=300,
@@ -572,7 +573,8 @@ def test_issue35_one_line_errors_instead_of_tracebacks(trained_run, wordnet_env,
     cannot be written, a pickle with code in a pytorch_model.bin, and a device out of memory."""
     import errno as errno_module
 
-    from samtone_jax import atomic_file, loop
+    from samtone_jax.core import atomic_file
+    from samtone_jax.training import loop
 
     def one_line(code, said, lines=1):
         err = capsys.readouterr().err

@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 from conftest import TINY_BERT, require_shared, tiny_wordpiece_bert
 
-from samtone_jax import cli, gin_utils
 from samtone_jax.checkpoints import hf_bert
 from samtone_jax.checkpoints.source import CheckpointMismatchError, tower_from_source
+from samtone_jax.cli import main as cli
+from samtone_jax.config import gin_config
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.wordpiece_tokens import WordPieceTokens
-from samtone_jax.errors import BadValueError
 from samtone_jax.models import BertConfig, BertEncoder, DualEncoder, init_params
 from samtone_jax.models.bert import segment_positions
 
@@ -147,7 +148,7 @@ def test_an_identity_projection_embeds_as_mean_pooling_then_normalisation(tiny_b
 def test_the_saved_model_gin_rebuilds_a_bert_dual_encoder():
     model = DualEncoder(BertConfig(vocab_size=99, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=37), "ade_spl")
     model = model.clone(projection_init="identity")
-    assert gin_utils.model_from_gin_text(gin_utils.model_gin(model)) == model
+    assert gin_config.model_from_gin_text(gin_config.model_gin(model)) == model
 
 
 def _minilm():
@@ -307,7 +308,7 @@ def test_a_bert_tower_trains_packed_from_an_import_then_loads_evaluates_and_expo
 def test_the_demo_fine_tunes_an_import_and_tables_it_before_and_after(wordnet_env, tmp_path, capsys):
     """`samtone demo`'s pretrained path at test size: a tiny random BERT import stands in for
     all-MiniLM-L6-v2 (the real one is the same code with the wheel's folder: make demo)."""
-    from samtone_jax import demo
+    from samtone_jax.cli import demo
     from samtone_jax.tasks import catalogue
 
     hf = tiny_wordpiece_bert(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
@@ -336,11 +337,13 @@ def test_a_bert_step_under_fsdp_on_eight_devices_equals_one_device():
     split over the data devices."""
     import optax
 
-    from samtone_jax import configurables, partitioning, train
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.models import partitioning
+    from samtone_jax.training import train
 
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
-    configurables.parse(["losses/samtone_both.gin"], ["TEMPERATURE = 0.05"])
+    gin_registry.parse(["losses/samtone_both.gin"], ["TEMPERATURE = 0.05"])
     config = BertConfig(vocab_size=99, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=48, num_layers=2, max_length=16)
     model = DualEncoder(config, "ade_spl", projection_dim=16, identical_tower_init=False)
     rng = np.random.default_rng(5)
@@ -356,7 +359,7 @@ def test_a_bert_step_under_fsdp_on_eight_devices_equals_one_device():
         # (Adafactor would turn the key biases' zero gradients — softmax ignores them — into ±lr·1e-3 by sign).
         tx = optax.sgd(1.0)
         state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None, rules=rules)
-        step = jax.jit(train.make_train_step(model, tx, lambda _: 1.0, mesh, None, gin_utils.contrastive_loss))
+        step = jax.jit(train.make_train_step(model, tx, lambda _: 1.0, mesh, None, gin_config.contrastive_loss))
         with partitioning.activation_sharding(mesh, rules):
             new_state, metrics = step(state, partitioning.host_to_global(mesh, batch))
         return state, jax.device_get(new_state["params"]), jax.device_get(metrics)
@@ -370,7 +373,7 @@ def test_a_bert_step_under_fsdp_on_eight_devices_equals_one_device():
     np.testing.assert_allclose(metrics_8["loss"], metrics_1["loss"], rtol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(params_8), jax.tree_util.tree_leaves(params_1), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    configurables.parse([], [])
+    gin_registry.parse([], [])
 
 
 def test_sentence_transformers_6_pooling_configs_and_what_is_refused(tmp_path):

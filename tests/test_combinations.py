@@ -13,7 +13,8 @@ import pytest
 from conftest import tiny_bert_train_argv, tiny_train_argv
 
 import samtone_jax
-from samtone_jax import cli, grad_cache
+from samtone_jax.cli import main as cli
+from samtone_jax.training import grad_cache
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 from conftest import tiny_train_argv
 
-from samtone_jax import compilation_cache
+from samtone_jax.core import compilation_cache
 
 _COUNTING = """
 import json, sys
@@ -21,7 +21,7 @@ from collections import Counter
 import jax.monitoring
 events = Counter()
 jax.monitoring.register_event_listener(lambda name, **kw: events.update([name]))
-from samtone_jax import cli
+from samtone_jax.cli import main as cli
 code = cli.main(json.loads(sys.argv[1]))
 print("EVENTS " + json.dumps({k.rsplit("/", 1)[-1]: v for k, v in events.items() if "compilation_cache" in k}))
 sys.exit(code)

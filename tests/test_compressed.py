@@ -13,9 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from samtone_jax import partitioning, quantization
-from samtone_jax.errors import BadValueError
+from samtone_jax.compression import quantization
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.evaluation import compressed, search
+from samtone_jax.models import partitioning
 
 
 def _unit(rng, n, d):
@@ -138,7 +139,7 @@ def test_eval_precisions_writes_a_record_per_dimension_and_precision(trained_run
     (dimension, precision[, rescored]); each one's P@1 that of a brute-force search written here on the
     embeddings the eval kept, compressed the same way (int8 calibrated on every document: the corpus
     is smaller than the sample); the model card ignores all but the float32 record."""
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
     from samtone_jax.evaluation.embedding_store import load_shards
     from samtone_jax.export.model_card import eval_results
     from samtone_jax.tasks import catalogue
@@ -204,8 +205,8 @@ def test_calibration_ships_with_the_model_through_load_eval_encode_and_export(
     from sentence_transformers.util.quantization import quantize_embeddings
 
     import samtone_jax
-    from samtone_jax import cli
-    from samtone_jax.errors import MissingFileError
+    from samtone_jax.cli import main as cli
+    from samtone_jax.core.errors import MissingFileError
     from samtone_jax.evaluation.embedding_store import load_shards
     from samtone_jax.tasks import catalogue
 

@@ -10,7 +10,7 @@ import pytest
 import seqio
 from official_formats import MORE_SENSES, write_msmarco, write_wordnet
 
-from samtone_jax import cli
+from samtone_jax.cli import main as cli
 from samtone_jax.data import pipeline, sentencepiece_tokens
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.input_spec import InputSpec
@@ -163,7 +163,7 @@ def test_build_vocab_is_deterministic_and_data_stats_reports_duplicates(fixture_
 
 
 def test_build_vocab_over_several_tasks_or_a_mixture(fixture_tasks, tmp_path, capsys):
-    from samtone_jax import commands
+    from samtone_jax.cli import commands
 
     both, alone = tmp_path / "both.model", tmp_path / "alone.model"
     argv = ["build-vocab", "--task=wordnet_definitions, msmarco_passage", "--vocab_size=60", f"--out={both}"]
@@ -193,20 +193,20 @@ def test_build_vocab_over_several_tasks_or_a_mixture(fixture_tasks, tmp_path, ca
 
 
 def test_prompts_go_before_every_text_and_leave_the_ids_alone(fixture_tasks):
-    from samtone_jax import configurables
+    from samtone_jax.cli import gin_registry
 
     plain = registration.examples("wordnet_definitions", "all")
-    configurables.parse([], ["prompts.query = 'query: '", "prompts.document = 'passage: '"])
+    gin_registry.parse([], ["prompts.query = 'query: '", "prompts.document = 'passage: '"])
     try:
         prompted = registration.examples("wordnet_definitions", "all")
         assert prompts.prompt_of("wordnet_definitions") == ("query: ", "passage: ")
-        configurables.parse([], ["prompts.per_task = {'wordnet_definitions': ('define: ', '')}"])
+        gin_registry.parse([], ["prompts.per_task = {'wordnet_definitions': ('define: ', '')}"])
         per_task = registration.examples("wordnet_definitions", "all")
-        configurables.parse([], ["prompts.per_task = {'wordnet_definitions': 'define: '}"])
+        gin_registry.parse([], ["prompts.per_task = {'wordnet_definitions': 'define: '}"])
         with pytest.raises(ValueError, match=r"prompts.per_task\['wordnet_definitions'\] must be a \(query prompt"):
             prompts.prompt_of("wordnet_definitions")
     finally:
-        configurables.parse([], [])
+        gin_registry.parse([], [])
     assert list(prompted["query"]) == ["query: " + t for t in plain["query"]]
     assert list(prompted["document"]) == ["passage: " + t for t in plain["document"]]
     assert list(per_task["query"]) == ["define: " + t for t in plain["query"]]
@@ -350,7 +350,7 @@ def tfds_task(tmp_path, fixture_tasks):
     task 'toy_tfds' through gin."""
     import tensorflow_datasets as tfds
 
-    from samtone_jax import configurables
+    from samtone_jax.cli import gin_registry
 
     class ToyRetrievalPairs(tfds.core.GeneratorBasedBuilder):
         VERSION = tfds.core.Version("1.0.0")
@@ -370,17 +370,17 @@ def tfds_task(tmp_path, fixture_tasks):
     ToyRetrievalPairs(data_dir=str(data_dir)).download_and_prepare()
     spec = {"tfds_name": "toy_retrieval_pairs:1.0.0", "query": "question", "document": "context/sentence"}
     spec |= {"splits": ("train", "test"), "data_dir": str(data_dir)}
-    configurables.parse([], [f"tfds_tasks.tasks = {{'toy_tfds': {spec!r}}}"])
+    gin_registry.parse([], [f"tfds_tasks.tasks = {{'toy_tfds': {spec!r}}}"])
     registration.register(InputSpec(str(fixture_tasks)))
     yield spec
-    configurables.parse([], [])
+    gin_registry.parse([], [])
     registration.register(InputSpec(str(fixture_tasks)))
 
 
 def test_a_tfds_dataset_is_a_task_like_any_other(tfds_task):
     import seqio
 
-    from samtone_jax import configurables
+    from samtone_jax.cli import gin_registry
 
     collection = catalogue.collection("toy_tfds", "train")
     pairs = sorted((collection.queries[q], collection.corpus[d]) for q, d in collection.pairs())
@@ -392,7 +392,7 @@ def test_a_tfds_dataset_is_a_task_like_any_other(tfds_task):
     mixed = next(pipeline.train_dataset("toy_mixture", "train", SHORT, batch_size=4).as_numpy_iterator())
     assert mixed["query_tokens"].shape == (4, 8)
     bad = dict(tfds_task, document="context/text")
-    configurables.parse([], [f"tfds_tasks.tasks = {{'toy_tfds_bad': {bad!r}}}"])
+    gin_registry.parse([], [f"tfds_tasks.tasks = {{'toy_tfds_bad': {bad!r}}}"])
     with pytest.raises(ValueError, match=r"has no feature 'context/text'.*fix tfds_tasks.tasks"):
         catalogue.collection("toy_tfds_bad", "train")
 

@@ -10,9 +10,9 @@ import pytest
 from conftest import numeric_grad
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax.distillation import distillation_loss, with_distillation
-from samtone_jax.errors import BadValueError
-from samtone_jax.losses import contrastive_loss
+from samtone_jax.core.errors import BadValueError
+from samtone_jax.objectives.distillation import distillation_loss, with_distillation
+from samtone_jax.objectives.losses import contrastive_loss
 
 
 def _unit(rng, *shape):

@@ -12,7 +12,8 @@ from pathlib import Path
 import gin
 import pytest
 
-from samtone_jax import cli, configurables  # noqa: F401  (configurables: registers every gin name)
+from samtone_jax.cli import gin_registry  # noqa: F401  (registers every gin name)
+from samtone_jax.cli import main as cli
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = [

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from samtone_jax.models import DualEncoder, T5Config, T5Encoder, init_params
-from samtone_jax.partitioning import param_partition_specs
+from samtone_jax.models.partitioning import param_partition_specs
 
 
 def _tokens(seed, batch=3, length=9, vocab=97):
@@ -203,7 +203,7 @@ def test_bad_configuration_is_rejected():
 
 @pytest.mark.slow
 def test_learnable_temperature_is_a_log_parameter_with_gradients(tiny_config):
-    from samtone_jax.losses import contrastive_loss
+    from samtone_jax.objectives.losses import contrastive_loss
 
     model = DualEncoder(tiny_config, architecture="sde", projection_dim=16, learnable_temperature=0.05)
     params = nn.unbox(init_params(model, jax.random.PRNGKey(0)))

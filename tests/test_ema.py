@@ -13,9 +13,9 @@ import pytest
 from conftest import tiny_train_argv
 
 import samtone_jax
-from samtone_jax import cli
 from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.cli import main as cli
+from samtone_jax.core.errors import BadValueError, MissingFileError
 
 DECAY = 0.5  # large steps of the average, so a wrong rule shows
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import require_compiler
 
-from samtone_jax import partitioning
 from samtone_jax.evaluation import metrics, search
+from samtone_jax.models import partitioning
 
 
 def brute_force(queries, corpus, k):
@@ -101,7 +101,7 @@ def test_eval_command_on_real_squad_dev_is_near_chance_and_consistent(tmp_path, 
 
     import ir_measures
 
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
     from samtone_jax.tasks import catalogue
 
     collection = catalogue.collection("multireqa_squad_dev", "all")
@@ -186,7 +186,7 @@ def test_eval_compare_and_analyze_commands_on_a_trained_run(trained_run, wordnet
     import re
     import shutil
 
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
 
     eval_flags = [
         f"--gin.evaluate.model_dir='{trained_run}'",
@@ -255,7 +255,7 @@ def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run
     import shutil
 
     import samtone_jax
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
     from samtone_jax.tasks import catalogue
 
     run = tmp_path / "run"
@@ -291,8 +291,8 @@ def test_eval_dims_reports_every_truncation_from_the_same_embeddings(trained_run
 
 
 def test_a_sampled_collection_keeps_its_queries_gold_documents_and_an_even_sample_of_the_rest():
+    from samtone_jax.core.errors import BadValueError
     from samtone_jax.data.collection import RetrievalCollection
-    from samtone_jax.errors import BadValueError
 
     queries = {f"q{i:03d}": f"query {i}" for i in range(100)}
     corpus = {f"d{i:04d}": f"doc {i}" for i in range(1000)}
@@ -332,7 +332,7 @@ def test_float_search_and_rescoring_multiply_at_full_float32_on_every_platform()
     # The CPU computes float32 dots in float32 whatever the precision says, so this cannot be seen in
     # scores here; on TPU (one bfloat16 pass) and NVIDIA GPUs (TF32) the default precision ranked by
     # rounded scores. Every dot over float rows must ask for HIGHEST; integer codes need not.
-    from samtone_jax import quantization
+    from samtone_jax.compression import quantization
 
     rng = np.random.default_rng(0)
     queries, corpus = rng.standard_normal((4, 16), dtype=np.float32), rng.standard_normal((64, 16), dtype=np.float32)

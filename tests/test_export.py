@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import samtone_jax
-from samtone_jax import cli
+from samtone_jax.cli import main as cli
 from samtone_jax.export import onnx_towers
 
 WORDS = (

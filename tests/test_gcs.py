@@ -16,8 +16,9 @@ import pytest
 from conftest import require_shared
 
 import samtone_jax
-from samtone_jax import cli, paths
-from samtone_jax.atomic_file import MARKER, atomic_directory, atomic_open, write_atomic
+from samtone_jax.cli import main as cli
+from samtone_jax.core import paths
+from samtone_jax.core.atomic_file import MARKER, atomic_directory, atomic_open, write_atomic
 
 TEXTS = ["a dog barked at the mailman", "the bank of the river was muddy", "an animal that lives in water"]
 

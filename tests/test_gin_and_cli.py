@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from conftest import require_shared
 
-from samtone_jax import cli, configurables, gin_utils
 from samtone_jax import main as main_module
 from samtone_jax.checkpoints import load_model_gin, load_params
+from samtone_jax.cli import gin_registry
+from samtone_jax.cli import main as cli
+from samtone_jax.config import gin_config
 
 # Published T5.1.1 encoder sizes: (d_model, heads, d_kv, d_ff, layers).
 T5_1_1 = {
@@ -26,8 +28,8 @@ T5_1_1 = {
 
 @pytest.mark.parametrize("size", sorted(T5_1_1))
 def test_size_gin_files_have_t5_1_1_dimensions(size):
-    configurables.parse([f"models/t5_1_1_{size}.gin", "architectures/ade_spl.gin"])
-    model = gin_utils.model()
+    gin_registry.parse([f"models/t5_1_1_{size}.gin", "architectures/ade_spl.gin"])
+    model = gin_config.model()
     c = model.config
     assert (c.emb_dim, c.num_heads, c.head_dim, c.mlp_dim, c.num_layers) == T5_1_1[size]
     assert c.vocab_size == 32128 and c.mlp_activations == ("gelu", "linear")
@@ -42,14 +44,14 @@ def test_size_gin_files_have_t5_1_1_dimensions(size):
 
 def test_gin_typo_names_the_unknown_parameter():
     with pytest.raises(ValueError, match="T5Config.emb_dimm"):
-        configurables.parse(["models/t5_1_1_tiny.gin"], ["T5Config.emb_dimm = 3"])
+        gin_registry.parse(["models/t5_1_1_tiny.gin"], ["T5Config.emb_dimm = 3"])
     with pytest.raises(ValueError, match="not found"):
-        configurables.parse(["models/t5_1_1_nano.gin"])
+        gin_registry.parse(["models/t5_1_1_nano.gin"])
 
 
 def test_gin_architecture_typo_fails_when_the_model_is_built():
-    configurables.parse(["models/t5_1_1_tiny.gin"], ["DualEncoder.architecture = 'sdee'"])
-    model = gin_utils.model()
+    gin_registry.parse(["models/t5_1_1_tiny.gin"], ["DualEncoder.architecture = 'sdee'"])
+    model = gin_config.model()
     with pytest.raises(ValueError, match="DualEncoder.architecture='sdee'"):
         model.init(jax.random.PRNGKey(0), np.ones((1, 2), np.int32), np.ones((1, 2), np.int32))
 
@@ -77,7 +79,7 @@ def test_import_checkpoint_command_writes_a_loadable_checkpoint(tmp_path, capsys
     params = load_params(str(dst))
     assert params["projection"]["kernel"].shape == (4, 768)
     # The saved gin rebuilds the same model.
-    model = gin_utils.model_from_gin_text(load_model_gin(str(dst)))
+    model = gin_config.model_from_gin_text(load_model_gin(str(dst)))
     assert model.config.emb_dim == 4 and model.projection_dim == 768
     emb = jax.jit(lambda p, t: model.apply({"params": p}, t, method=model.encode_queries))(
         params, np.array([[5, 6, 1]])
@@ -106,7 +108,7 @@ def test_t5x_style_entry_point_routes_to_the_modes(capsys):
 
 @pytest.mark.slow
 def test_demo_end_to_end_at_test_size(tmp_path, monkeypatch, capsys):
-    from samtone_jax import demo
+    from samtone_jax.cli import demo
     from samtone_jax.data import wordnet
 
     if not os.path.exists(os.path.join(wordnet.DEFAULT_DIR, "data.noun")):
@@ -139,12 +141,12 @@ def test_demo_end_to_end_at_test_size(tmp_path, monkeypatch, capsys):
     ],
 )
 def test_loss_gin_files_configure_the_loss_they_name(gin_file, explicit):
-    from samtone_jax.losses import contrastive_loss
+    from samtone_jax.objectives.losses import contrastive_loss
 
     rng = np.random.RandomState(0)
     q, d = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in rng.normal(size=(2, 6, 8)).astype(np.float32))
-    configurables.parse([f"losses/{gin_file}.gin"])
-    configured, _ = gin_utils.contrastive_loss(q, d)
+    gin_registry.parse([f"losses/{gin_file}.gin"])
+    configured, _ = gin_config.contrastive_loss(q, d)
     direct, _ = contrastive_loss(q, d, temperature=0.01, **explicit)
     np.testing.assert_allclose(float(configured), float(direct), rtol=1e-6)
     # Each file describes a different loss: none of them equals plain in-batch unless it is it.
@@ -155,14 +157,14 @@ def test_loss_gin_files_configure_the_loss_they_name(gin_file, explicit):
 def test_a_gin_include_under_a_folder_the_working_directory_also_has(tmp_path, monkeypatch):
     """demo_minilm.gin includes 'runs/finetune_minilm.gin'; after `make demo` the working directory
     has a runs/ folder, which Python sees as a namespace package, and gin's package-file check then
-    raised TypeError instead of going on to gin_configs/ (gin_utils._tolerant)."""
+    raised TypeError instead of going on to gin_configs/ (gin_config._tolerant)."""
     import sys
 
     (tmp_path / "runs").mkdir()
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("runs", None)
-    configurables.parse(["runs/demo_minilm.gin"], [])
+    gin_registry.parse(["runs/demo_minilm.gin"], [])
     import gin
 
     assert gin.query_parameter("train.task") == "wordnet_definitions"

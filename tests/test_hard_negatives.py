@@ -73,7 +73,7 @@ def test_bm25_mining_writes_the_file_the_tasks_read(tmp_path):
 
 
 def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
-    from samtone_jax import configurables
+    from samtone_jax.cli import gin_registry
     from samtone_jax.data.input_spec import InputSpec
     from samtone_jax.tasks import catalogue, registration
 
@@ -82,7 +82,7 @@ def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
     docs = [d for d in sorted(collection.corpus) if d not in collection.qrels[qid]][:2]
     path = tmp_path / "mined.tsv"
     path.write_text(f"{qid}\t{docs[0]},{docs[1]},not_a_document\nnot_a_query\t{docs[0]}\n")
-    configurables.parse([], [f"hard_negatives_file.path = '{path}'"])
+    gin_registry.parse([], [f"hard_negatives_file.path = '{path}'"])
     try:
         with_negatives = catalogue.collection("wordnet_definitions", "all")
         assert with_negatives.hard_negatives == {qid: docs}  # the unknown id is dropped and counted
@@ -91,11 +91,11 @@ def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
         columns = registration.examples("wordnet_definitions", "all", InputSpec(num_negatives=2))
         assert len(columns["negatives"]) == sum(1 for q, _ in with_negatives.pairs() if q == qid)
     finally:
-        configurables.parse([], [])
+        gin_registry.parse([], [])
 
 
 def test_dense_mining_command_excludes_positives(trained_run, wordnet_env, tmp_path, capsys):
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
     from samtone_jax.tasks import catalogue
 
     out = tmp_path / "dense.tsv"

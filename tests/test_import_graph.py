@@ -1,6 +1,6 @@
 """The package's import graph, read from the source (every `import`, those inside functions too):
 no circle between modules or between rooms (a top-level module or a sub-package), every import
-pointing down or sideways in the layer order below, and the gin registry (configurables.py)
+pointing down or sideways in the layer order below, and the gin registry (cli/gin_registry.py)
 imported only by the programs. `python tests/test_import_graph.py` prints the rooms' imports."""
 
 from __future__ import annotations
@@ -9,58 +9,25 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "samtone_jax"
-PROGRAMS = {"samtone_jax.cli", "samtone_jax.commands", "samtone_jax.demo", "samtone_jax.main"}
-
-# The rooms, lowest layer first: a room imports rooms of its own layer or of a lower one, never of a
-# higher one (docs/DESIGN.md explains each layer). A new module or sub-package must be placed here.
+# The rooms are the package's folders (and the three modules allowed at its root), lowest layer first:
+# a room imports rooms of its own layer or of a lower one, never of a higher one (docs/DESIGN.md
+# explains each layer). A new folder must be placed here.
+ROOT_MODULES = {"__init__", "version", "main"}
 LAYERS = (
-    # foundation: errors, storage, the names of the folders we write, process set-up, logging sinks
-    {
-        "errors",
-        "version",
-        "paths",
-        "run_folders",
-        "atomic_file",
-        "run_lock",
-        "tensorflow_setup",
-        "xla_cpu_flags",
-        "compilation_cache",
-        "console_progress",
-        "event_writer",
-        "stop_request",
-    },
-    # data: official formats -> collections, tokenisation, the tf.data pipeline, packing
-    {"data"},
-    # numerics: towers, losses, sharding, a training batch's embeddings
-    {
-        "models",
-        "losses",
-        "distillation",
-        "matryoshka",
-        "quantization",
-        "quantization_aware",
-        "calibration",
-        "partitioning",
-        "batch_embeddings",
-        "grad_cache",
-    },
-    # models and losses from gin text; parameters in and out of checkpoints
-    {"gin_utils", "checkpoints"},
-    # the task catalogue, prompts, seqio registration, mixture batches
-    {"tasks"},
-    # a trained model as an encoder of text
-    {"text_embedder", "inference"},
-    # retrieval evaluation
-    {"evaluation"},
-    # training: the optimizer, the loop every mode shares, the contrastive mode
-    {"optimizer", "train_logging", "loop", "train_batches", "start_checks", "train"},
-    # hard negatives: mining, teachers and their scores, ADORE's mode
-    {"hard_negatives"},
-    # what reads a trained model out: export, the embedding-space analysis
-    {"export", "analysis"},
-    # programs: the gin registry, the CLI, the demo, the package's public entry (samtone_jax.load)
-    {"configurables", "commands", "cli", "demo", "main", "samtone_jax"},
+    {"version", "core"},  # errors, storage (local and gs://), the folders we write, process set-up, log sinks
+    {"data"},  # official formats -> collections, tokenisation, the tf.data pipeline, packing
+    {"models", "objectives", "compression"},  # towers and sharding; the losses; compressed codes
+    {"config", "checkpoints"},  # models and losses from gin text; parameters in and out of checkpoints
+    {"tasks"},  # the task catalogue, prompts, seqio registration, mixture batches
+    {"inference"},  # a trained model as an encoder of text
+    {"evaluation"},  # retrieval evaluation
+    {"training"},  # the optimizer, the loop every mode shares, the contrastive mode
+    {"hard_negatives"},  # mining, teachers and their scores, ADORE's mode
+    {"export", "analysis"},  # what reads a trained model out: export, the embedding-space analysis
+    {"cli", "main", "samtone_jax"},  # the programs and the gin registry; the package's public entry
 )
+# Only these import the gin registry (cli/gin_registry.py): a library module never pulls in every configurable.
+PROGRAMS = {"cli", "main"}
 
 
 def _modules() -> dict[str, Path]:
@@ -101,7 +68,7 @@ def _graph() -> dict[str, set[str]]:
 
 
 def _room(module: str) -> str:
-    """samtone_jax.data.pipeline -> data; samtone_jax.train -> train; samtone_jax -> samtone_jax."""
+    """samtone_jax.data.pipeline -> data; samtone_jax.training.train -> train; samtone_jax -> samtone_jax."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 
@@ -156,11 +123,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_reader_sees_every_import_and_finds_a_planted_circle():
     graph = _graph()
-    assert "samtone_jax.train" in graph["samtone_jax.configurables"]  # a top-level import
-    assert "samtone_jax.inference" in graph["samtone_jax.export.folder"]  # one inside a function
+    assert "samtone_jax.training.train" in graph["samtone_jax.cli.gin_registry"]  # a top-level import
+    assert "samtone_jax.inference.encoder" in graph["samtone_jax.export.folder"]  # one inside a function
     planted = {k: set(v) for k, v in graph.items()}
-    planted["samtone_jax.losses"].add("samtone_jax.train")  # train imports losses (through gin_utils)
-    assert any({"samtone_jax.losses", "samtone_jax.train"} <= set(c) for c in _cycles(planted))
+    planted["samtone_jax.objectives.losses"].add("samtone_jax.training.train")  # train imports losses
+    assert any({"samtone_jax.objectives.losses", "samtone_jax.training.train"} <= set(c) for c in _cycles(planted))
 
 
 def test_the_import_graph_has_no_circle():
@@ -168,8 +135,13 @@ def test_the_import_graph_has_no_circle():
 
 
 def test_only_the_programs_import_the_gin_registry():
-    importers = {m for m, targets in _graph().items() if "samtone_jax.configurables" in targets}
+    importers = {_room(m) for m, targets in _graph().items() if "samtone_jax.cli.gin_registry" in targets}
     assert importers <= PROGRAMS, importers - PROGRAMS
+
+
+def test_the_package_root_holds_only_folders_and_three_modules():
+    loose = {p.stem for p in PACKAGE.glob("*.py")}
+    assert loose <= ROOT_MODULES, f"move {sorted(loose - ROOT_MODULES)} into the folder of its layer"
 
 
 def test_the_rooms_have_no_circle():

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import samtone_jax
-from samtone_jax import cli, partitioning
+from samtone_jax.cli import main as cli
 from samtone_jax.evaluation import embedding_store
-from samtone_jax.text_embedder import TextEmbedder
+from samtone_jax.inference.text_embedder import TextEmbedder
+from samtone_jax.models import partitioning
 
 TEXTS = [
     "a dog barked at the mailman",
@@ -28,9 +29,9 @@ TEXTS = [
 def _pipeline_tokens(vocab_path, extra_ids, texts, length):
     """[N, length] ids as the tasks' tf.data pipeline makes them: seqio's vocabulary, then the
     feature converter's trim-append-EOS-pad."""
+    from samtone_jax.core.tensorflow_setup import tf
     from samtone_jax.data import features
     from samtone_jax.data import vocab as vocab_lib
-    from samtone_jax.tensorflow_setup import tf
 
     vocabulary = vocab_lib.vocabulary(str(vocab_path), extra_ids)
     return np.stack([features.trim_append_eos_pad(vocabulary.encode_tf(tf.constant(t)), length).numpy() for t in texts])
@@ -170,7 +171,7 @@ def test_packed_encoding_gives_the_unpacked_embeddings_in_input_order(trained_ru
 
 
 def test_next_fit_rows_by_hand():
-    from samtone_jax.text_embedder import next_fit_rows
+    from samtone_jax.inference.text_embedder import next_fit_rows
 
     order, row, index = next_fit_rows(np.array([5, 3, 0, 7, 2]), 8, 2)
     assert order.tolist() == [2, 4, 1, 0, 3] and row.tolist() == [0, 0, 1, 1, 2] and index.tolist() == [0, 1, 0, 1, 0]
@@ -271,7 +272,7 @@ def test_encode_command_writes_queries_and_documents_and_reruns_as_a_no_op(train
 
 
 def test_atomic_open_leaves_the_old_file_or_the_new_one_never_a_mix(tmp_path):
-    from samtone_jax.atomic_file import atomic_open, write_atomic
+    from samtone_jax.core.atomic_file import atomic_open, write_atomic
 
     path = tmp_path / "out.txt"
     write_atomic(str(path), "old")
@@ -289,7 +290,7 @@ def test_a_killed_writers_staging_is_removed_by_the_next_write_a_live_ones_is_ke
     import subprocess
     import sys
 
-    from samtone_jax.atomic_file import atomic_directory, write_atomic
+    from samtone_jax.core.atomic_file import atomic_directory, write_atomic
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
@@ -318,8 +319,8 @@ def test_a_killed_writers_local_staging_of_a_gs_write_is_removed_by_the_next_one
     import sys
     import tempfile
 
-    from samtone_jax import paths
-    from samtone_jax.atomic_file import atomic_directory, write_atomic
+    from samtone_jax.core import paths
+    from samtone_jax.core.atomic_file import atomic_directory, write_atomic
 
     local_tmp = tmp_path / "tmp"
     local_tmp.mkdir()
@@ -341,32 +342,34 @@ def test_a_killed_writers_local_staging_of_a_gs_write_is_removed_by_the_next_one
 
 def test_init_checkpoint_may_be_a_model_dir_or_an_export(trained_run, tmp_path):
     """STAR / fine-tuning start from another run: its MODEL_DIR, a step directory, or an export."""
-    from samtone_jax import configurables, gin_utils, optimizer, train
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.config import gin_config
+    from samtone_jax.training import optimizer, train
 
     expected = restore_on_one_device(str(trained_run / "checkpoints" / "2" / "state"))["params"]
     export = tmp_path / "export"
     assert cli.main(["export", f"--checkpoint={trained_run}", "--format=hf", f"--out={export}"]) == 0
-    configurables.parse([str(trained_run / "config.gin")])
-    model = gin_utils.model()
+    gin_registry.parse([str(trained_run / "config.gin")])
+    model = gin_config.model()
     tx, _ = optimizer.adafactor(train_steps=2)
     mesh = partitioning.create_mesh()
     for source in (trained_run, trained_run / "checkpoints" / "2", export):
         state = train.initial_state(model, tx, mesh, seed=5, init_checkpoint=str(source))
         for a, b in zip(jax.tree_util.tree_leaves(state["params"]), jax.tree_util.tree_leaves(expected), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
-    configurables.parse(["models/t5_1_1_tiny.gin", "architectures/ade.gin"])
+    gin_registry.parse(["models/t5_1_1_tiny.gin", "architectures/ade.gin"])
     with pytest.raises(ValueError, match="does not fit the gin model"):
-        train.initial_state(gin_utils.model(), tx, mesh, seed=5, init_checkpoint=str(trained_run))
+        train.initial_state(gin_config.model(), tx, mesh, seed=5, init_checkpoint=str(trained_run))
 
 
 def test_loading_a_checkpoint_leaves_the_jobs_gin_config_alone(trained_run):
     """ADORE / eval / mine load checkpoints inside a gin-configured job: the job's bindings stay."""
     import gin
 
-    from samtone_jax import configurables
+    from samtone_jax.cli import gin_registry
 
-    configurables.parse(["runs/adore.gin"], ["MODEL_DIR = '/x'", "INIT = '/y'", "TASK = 't'", "LEARNING_RATE = 0.123"])
+    gin_registry.parse(["runs/adore.gin"], ["MODEL_DIR = '/x'", "INIT = '/y'", "TASK = 't'", "LEARNING_RATE = 0.123"])
     before = gin.config_str()
     encoder = samtone_jax.load(str(trained_run))
     assert gin.config_str() == before and gin.query_parameter("adafactor.learning_rate") is not None
@@ -374,7 +377,7 @@ def test_loading_a_checkpoint_leaves_the_jobs_gin_config_alone(trained_run):
 
 
 def test_read_bindings_handles_macros_multiline_values_and_comments():
-    from samtone_jax import gin_utils
+    from samtone_jax.config import gin_config
 
     text = (
         "# Macros:\nSIZE = 64\nNAME = 'a#b'  # a comment\n"
@@ -382,16 +385,16 @@ def test_read_bindings_handles_macros_multiline_values_and_comments():
         "train.vocabulary = %NAME\nDualEncoder.projection_dim = None\n"
         "train.model_dir = \\\n    'gs://a-long-bucket-name/and/a/long/path'\n"  # gin's wrapping of a long value
     )
-    got = gin_utils.read_bindings(text)
+    got = gin_config.read_bindings(text)
     assert got["train.model_dir"] == "gs://a-long-bucket-name/and/a/long/path"
     assert got["T5Config.emb_dim"] == 64 and got["T5Config.mlp_activations"] == ("gelu", "linear")
     assert got["train.vocabulary"] == "a#b" and got["DualEncoder.projection_dim"] is None
     with pytest.raises(ValueError, match="unknown model parameters"):
-        gin_utils.model_from_gin_text("T5Config.emb_dimm = 3\n")
+        gin_config.model_from_gin_text("T5Config.emb_dimm = 3\n")
 
 
 def test_the_embedder_stops_between_batches_once_a_training_stop_is_requested(trained_run):
-    from samtone_jax import stop_request
+    from samtone_jax.core import stop_request
 
     encoder = samtone_jax.load(str(trained_run))
     tokens, _ = encoder.vocabulary.tokenize_batch(TEXTS * 3, 12)

@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.models import DualEncoder, T5Config, init_params
 from samtone_jax.models.layout import ARCHITECTURES, layout
 

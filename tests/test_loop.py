@@ -13,10 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from samtone_jax import loop, paths
-from samtone_jax.errors import BadValueError
-from samtone_jax.run_lock import RunLockedError
-from samtone_jax.train_logging import NonFiniteLossError, ProgressLogger
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError
+from samtone_jax.core.run_lock import RunLockedError
+from samtone_jax.training import loop
+from samtone_jax.training.train_logging import NonFiniteLossError, ProgressLogger
 
 TARGETS = np.arange(40, dtype=np.float32).reshape(10, 4)  # the toy's "data": one row a step
 
@@ -154,7 +155,8 @@ def _mode_argv(mode, model_dir, init, vocab_path, steps, bert=None):
 def test_both_modes_stop_on_sigterm_and_resume_to_the_uninterrupted_parameters(
     mode, trained_run, wordnet_env, tmp_path, monkeypatch, caplog, request
 ):
-    from samtone_jax import cli, configurables
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.cli import main as cli
 
     vocab_path = wordnet_env[1]
     bert = request.getfixturevalue("tiny_bert_import") if mode == "train-bert-packed" else None
@@ -182,7 +184,7 @@ def test_both_modes_stop_on_sigterm_and_resume_to_the_uninterrupted_parameters(
         np.testing.assert_array_equal(x, y)
     kept = "tokenizer.json" if bert else "vocab.model"
     assert {"config.gin", "operative_config.gin", kept} <= {p.name for p in paths.as_path(stopped).iterdir()}
-    configurables.parse([], [])
+    gin_registry.parse([], [])
 
 
 def _params(model_dir, step):
@@ -197,7 +199,7 @@ def test_sigterm_during_a_slow_eval_saves_within_a_batch_not_after_the_eval(tmp_
     evaluating is saved (a preempted TPU VM has ~30 s; the eval may take minutes)."""
     import time
 
-    from samtone_jax import stop_request
+    from samtone_jax.core import stop_request
 
     monkeypatch.setattr(loop, "check_existing_run", lambda *a, **k: None)
     batches_done = []
@@ -225,8 +227,8 @@ def test_sigterm_during_a_slow_eval_saves_within_a_batch_not_after_the_eval(tmp_
 def test_a_stop_during_the_eval_never_saves_a_state_whose_loss_was_not_checked(tmp_path, monkeypatch):
     """log_every=3 keeps losses on device; a NaN at step 3 then a SIGTERM in step 3's eval must
     not save step 3 as if it were good."""
-    from samtone_jax import stop_request
-    from samtone_jax.train_logging import NonFiniteLossError
+    from samtone_jax.core import stop_request
+    from samtone_jax.training.train_logging import NonFiniteLossError
 
     monkeypatch.setattr(loop, "check_existing_run", lambda *a, **k: None)
 

@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 from conftest import tiny_bert_train_argv
 
-from samtone_jax import gin_utils, optimizer, partitioning, train
-from samtone_jax.errors import BadValueError
-from samtone_jax.models import init_params
+from samtone_jax.config import gin_config
+from samtone_jax.core.errors import BadValueError
+from samtone_jax.models import init_params, partitioning
 from samtone_jax.models import lora as lora_lib
 from samtone_jax.models.bert import BertConfig
 from samtone_jax.models.dual_encoder import DualEncoder
 from samtone_jax.models.t5 import T5Config
+from samtone_jax.training import optimizer, train
 
 TOWERS = {
     "t5": T5Config(vocab_size=50, emb_dim=16, num_heads=2, head_dim=8, num_layers=2, mlp_dim=24),
@@ -128,7 +129,7 @@ def test_scanned_layers_refuse_adapters_on_some_layers_only():
 
 
 def _batch(batch=16, vocab=50):
-    from samtone_jax import train_batches
+    from samtone_jax.training import train_batches
 
     rng = np.random.RandomState(0)
     out = {
@@ -148,7 +149,7 @@ def _step(model, mesh, chunk=None, ema=False, rules=partitioning.DEFAULT_RULES):
     before = jax.device_get(state)
     step = jax.jit(
         train.make_train_step(
-            model, tx, schedule, mesh, chunk, gin_utils.contrastive_loss, ema_decay=0.5 if ema else None
+            model, tx, schedule, mesh, chunk, gin_config.contrastive_loss, ema_decay=0.5 if ema else None
         )
     )
     with partitioning.activation_sharding(mesh, rules):
@@ -158,9 +159,9 @@ def _step(model, mesh, chunk=None, ema=False, rules=partitioning.DEFAULT_RULES):
 
 @pytest.fixture
 def samtone_loss():
-    from samtone_jax import configurables
+    from samtone_jax.cli import gin_registry
 
-    configurables.parse(["losses/samtone_query.gin"], ["TEMPERATURE = 0.05"])
+    gin_registry.parse(["losses/samtone_query.gin"], ["TEMPERATURE = 0.05"])
 
 
 def _model(tower="bert", architecture="ade_lora", dropout=0.0):
@@ -225,8 +226,8 @@ def test_a_lora_run_saves_no_base_resumes_exactly_loads_exports_merged_and_reloa
     import shutil
 
     import samtone_jax
-    from samtone_jax import cli
     from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+    from samtone_jax.cli import main as cli
 
     straight, resumed, out = tmp_path / "straight", tmp_path / "resumed", tmp_path / "export"
     extra = ["--gin.DualEncoder.architecture='ade_lora'", "--gin.DualEncoder.lora_rank=4"]
@@ -276,9 +277,9 @@ def test_a_lora_run_saves_no_base_resumes_exactly_loads_exports_merged_and_reloa
 
 
 def test_a_lora_run_needs_its_base_named_and_a_checkpoint_without_one_is_refused(tmp_path):
-    from samtone_jax import start_checks
     from samtone_jax.checkpoints import reader
-    from samtone_jax.errors import MissingFileError
+    from samtone_jax.core.errors import MissingFileError
+    from samtone_jax.training import start_checks
 
     model = DualEncoder(TOWERS["bert"], lora_rank=2)
     with pytest.raises(BadValueError, match="name that tower's checkpoint in train.init_checkpoint"):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import numeric_grad
 
-from samtone_jax.losses import contrastive_loss
+from samtone_jax.objectives.losses import contrastive_loss
 
 TAU = 0.05
 

@@ -10,9 +10,9 @@ import pytest
 from jax.sharding import PartitionSpec as P
 from test_losses import reference_loss
 
-from samtone_jax.errors import BadValueError
-from samtone_jax.losses import contrastive_loss
-from samtone_jax.matryoshka import nested, truncate
+from samtone_jax.core.errors import BadValueError
+from samtone_jax.objectives.losses import contrastive_loss
+from samtone_jax.objectives.matryoshka import nested, truncate
 
 TAU = 0.05
 
@@ -117,7 +117,7 @@ def test_training_with_nested_dimensions_logs_each_term(wordnet_env, tmp_path):
     from conftest import tiny_train_argv
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
 
     extra = ["--gin.train.matryoshka_dims=(8, 32)", "--gin.train.matryoshka_weights=(1.0, 0.5)"]
     assert cli.main(tiny_train_argv(tmp_path / "run", wordnet_env[1], extra=extra)) == 0

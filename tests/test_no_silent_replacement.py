@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from conftest import small_disk, tiny_train_argv, tiny_wordpiece_bert
 
-from samtone_jax import atomic_file, cli
-from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
+from samtone_jax.cli import main as cli
+from samtone_jax.core import atomic_file
+from samtone_jax.core.errors import BadValueError, ExistingFileError, MissingFileError
 
 
 def _fill(staging, text):
@@ -106,7 +107,7 @@ def test_a_second_writer_on_a_bucket_is_refused(gcs):
             _fill(a, "A")
             with atomic_file.atomic_directory(target) as b:
                 _fill(b, "B")
-    from samtone_jax import paths
+    from samtone_jax.core import paths
 
     assert (paths.as_path(target) / "content.txt").read_text() == "B" and atomic_file.is_complete(target)
     assert not paths.as_path(f"{target}.writing").exists()  # the claim is released
@@ -116,7 +117,7 @@ def test_a_bucket_writer_waits_for_no_one_another_live_claim_is_refused_a_dead_o
     import json as json_module
     import socket
 
-    from samtone_jax import paths
+    from samtone_jax.core import paths
 
     target = f"{gcs.bucket()}/out"
     with atomic_file._remote_claim(paths.as_path(target)):  # another live writer of this host (us) holds it
@@ -164,7 +165,7 @@ def test_an_out_that_is_inside_or_contains_an_input_is_refused_in_every_mode(
 
 
 def test_check_not_input_on_a_bucket_and_through_a_symbolic_link(tmp_path):
-    from samtone_jax import paths
+    from samtone_jax.core import paths
 
     with pytest.raises(BadValueError, match="is inside --checkpoint"):
         paths.check_not_input("gs://b/run/export", [("--checkpoint", "gs://b/run/")])
@@ -183,7 +184,7 @@ def test_check_not_input_on_a_bucket_and_through_a_symbolic_link(tmp_path):
 _KILLED_WRITER = textwrap.dedent(
     """
     import os, signal, sys
-    from samtone_jax import atomic_file
+    from samtone_jax.core import atomic_file
 
     target, where = sys.argv[1], sys.argv[2]
 
@@ -249,7 +250,7 @@ def test_only_a_killed_fall_back_overwrites_pair_is_put_back_never_a_lone_or_hal
 
 
 def test_an_interrupted_overwrite_on_a_bucket_is_finished_by_the_next_write(gcs, monkeypatch):
-    from samtone_jax import paths
+    from samtone_jax.core import paths
 
     target = f"{gcs.bucket()}/out"
     with atomic_file.atomic_directory(target) as staging:
@@ -284,8 +285,8 @@ def test_an_interrupted_overwrite_on_a_bucket_is_finished_by_the_next_write(gcs,
 def test_sharded_parameter_writes_replace_only_what_they_saw_locally_and_on_a_bucket(tmp_path, gcs):
     import jax.numpy as jnp
 
-    from samtone_jax import paths
     from samtone_jax.checkpoints.params_io import load_params, save_sharded_params
+    from samtone_jax.core import paths
 
     for target in (str(tmp_path / "soup"), f"{gcs.bucket()}/soup"):
         save_sharded_params(target, {"w": jnp.ones(3)}, "# gin", {"n": 1})
@@ -359,9 +360,9 @@ def test_a_lora_runs_replaced_or_deleted_base_is_refused_naming_both(wordnet_env
 
 def test_cached_embeddings_of_another_vocabulary_or_training_are_recomputed(trained_run, wordnet_env, tmp_path, caplog):
     import samtone_jax
-    from samtone_jax import inference
     from samtone_jax.data import vocab
     from samtone_jax.evaluation.run import embed
+    from samtone_jax.inference import encoder as inference
 
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)
@@ -437,7 +438,7 @@ def test_a_damaged_model_cache_is_noticed_and_extracted_again(tmp_path, monkeypa
 def test_a_calibration_with_nan_or_reversed_ranges_or_no_dimension_is_refused(
     trained_run, wordnet_env, tmp_path, capsys
 ):
-    from samtone_jax import calibration
+    from samtone_jax.compression import calibration
 
     record = calibration.Calibration.from_sample(np.random.default_rng(0).normal(size=(50, 8)), None).record
     bad = json.loads(json.dumps(record))
@@ -502,7 +503,7 @@ def test_an_export_onto_a_full_disk_is_one_line_and_leaves_nothing(trained_run, 
     with small_disk(tmp_path / "small", "64k", "a disk an export fills") as small:
         argv = ["export", f"--checkpoint={trained_run}", "--format=sentence-transformers", f"--out={small}/export"]
         done = subprocess.run(
-            [sys.executable, "-m", "samtone_jax.cli", *argv], capture_output=True, text=True, timeout=300
+            [sys.executable, "-m", "samtone_jax.cli.main", *argv], capture_output=True, text=True, timeout=300
         )
         left = os.listdir(small)
     lines = done.stderr.strip().splitlines()
@@ -552,9 +553,10 @@ def test_an_hf_import_of_an_unsupported_model_type_names_it(tmp_path, capsys):
 
 
 def test_a_run_of_another_tower_family_in_model_dir_is_named_by_family(trained_run, tiny_bert_import):
-    from samtone_jax import gin_utils, loop
+    from samtone_jax.config import gin_config
+    from samtone_jax.training import loop
 
-    bert = gin_utils.model_from_gin_text((tiny_bert_import[1] / "model.gin").read_text())
+    bert = gin_config.model_from_gin_text((tiny_bert_import[1] / "model.gin").read_text())
     with pytest.raises(BadValueError, match=r"holds a T5 run \(step 2\), and this config builds a Bert model: delete"):
         loop.check_existing_run(trained_run, bert, 10)
 

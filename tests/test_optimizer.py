@@ -7,8 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from samtone_jax import optimizer
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
+from samtone_jax.training import optimizer
 
 
 def test_adamw_steps_equal_torch_adamw_with_clipping_and_a_linear_schedule():

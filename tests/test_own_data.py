@@ -11,9 +11,10 @@ import json
 
 import pytest
 
-from samtone_jax import cli, commands, configurables
+from samtone_jax.cli import commands, gin_registry
+from samtone_jax.cli import main as cli
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data import jsonl_pairs, msmarco
-from samtone_jax.errors import BadValueError
 from samtone_jax.tasks import catalogue
 
 
@@ -79,7 +80,7 @@ def test_an_id_with_two_texts_is_refused_naming_both_lines(tmp_path):
 
 def test_one_file_splits_by_the_stated_rule(tmp_path):
     rows = [{"query": f"question {i % 300}", "document": f"answer {i}"} for i in range(900)]
-    configurables.parse(
+    gin_registry.parse(
         [], [local("split_rule", {"format": "jsonl", "path": str(write_jsonl(tmp_path / "p.jsonl", rows))})]
     )
     train, test, every = (catalogue.collection("split_rule", s) for s in ("train", "test", "all"))
@@ -102,10 +103,10 @@ def test_local_task_declarations_are_checked():
         ({"format": "beir", "path": "a", "test_fraction": 0.1}, "a beir task takes 'path'"),
         ({"format": "jsonl", "path": "a", "pth": "b"}, r"unknown key\(s\) \['pth'\]"),
     ]:
-        configurables.parse([], [local("t", spec)])
+        gin_registry.parse([], [local("t", spec)])
         with pytest.raises(BadValueError, match=message):
             catalogue.loaders()
-    configurables.parse([], [local("wordnet_definitions", {"format": "jsonl", "path": "a"})])
+    gin_registry.parse([], [local("wordnet_definitions", {"format": "jsonl", "path": "a"})])
     with pytest.raises(BadValueError, match="built-in tasks' names"):
         catalogue.loaders()
 
@@ -121,7 +122,7 @@ def test_local_beir_and_msmarco_folders_and_their_duplicate_ids(tmp_path):
     (ms / "collection.tsv").write_text("p1\tpassage one\np2\tpassage two\np1\tpassage one\n")
     (ms / "queries.train.tsv").write_text("7\ta question\n")
     (ms / "qrels.train.tsv").write_text("7\t0\tp2\t1\n")
-    configurables.parse(
+    gin_registry.parse(
         [],
         [
             "local_tasks.tasks = "
@@ -162,7 +163,7 @@ def test_declared_mixtures_register_with_their_rates(tmp_path):
     from samtone_jax.tasks import registration
 
     path = write_jsonl(tmp_path / "p.jsonl", [{"query": "a", "document": "b"}])
-    configurables.parse(
+    gin_registry.parse(
         [],
         [
             local("own", {"format": "jsonl", "path": str(path)}),
@@ -177,7 +178,7 @@ def test_declared_mixtures_register_with_their_rates(tmp_path):
         ("{'mix2': {'own': 0}}", "not all 0"),
         ("{'own': ['wordnet_definitions']}", "already a task's or a mixture's name"),
     ]:
-        configurables.parse([], [local("own", {"format": "jsonl", "path": str(path)}), f"mixtures.declared = {bad}"])
+        gin_registry.parse([], [local("own", {"format": "jsonl", "path": str(path)}), f"mixtures.declared = {bad}"])
         with pytest.raises(BadValueError, match=message):
             catalogue.mixtures()
 
@@ -209,7 +210,7 @@ def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_b
     tokenizer, imported = tiny_bert_import
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("WORDNET_DIR", str(wordnet_data[0]))
-        configurables.parse([], [])
+        gin_registry.parse([], [])
         source = catalogue.collection("wordnet_definitions", "all")
         rows = [{"query": source.queries[q], "document": source.corpus[d]} for q, d in source.pairs()[:200]]
     data = write_jsonl(tmp_path / "my_pairs.jsonl", rows)
@@ -299,12 +300,12 @@ def test_bad_declarations_of_splits_files_and_rates(tmp_path):
         ({"format": "jsonl", "files": {"train": "a"}, "test_fraction": 0.2}, "with 'files' the files are the splits"),
         ({"format": "jsonl", "path": 5}, "'path' must be a file or folder name"),
     ]:
-        configurables.parse([], [local("t", spec)])
+        gin_registry.parse([], [local("t", spec)])
         with pytest.raises(BadValueError, match=message):
             catalogue.loaders()
-    configurables.parse([], [local("t", {"format": "jsonl", "path": "a", "test_fraction": 0})])
+    gin_registry.parse([], [local("t", {"format": "jsonl", "path": "a", "test_fraction": 0})])
     assert catalogue.loaders()["t"][1] == ("train", "all")  # no empty test split offered
-    configurables.parse([], ["mixtures.declared = {'m': {'wordnet_definitions': 1e999}}"])
+    gin_registry.parse([], ["mixtures.declared = {'m': {'wordnet_definitions': 1e999}}"])
     with pytest.raises(BadValueError, match="finite numbers"):
         catalogue.mixtures()
 
@@ -315,13 +316,13 @@ def test_a_name_declared_again_replaces_what_seqio_held(tmp_path):
     from samtone_jax.tasks import registration
 
     path = write_jsonl(tmp_path / "p.jsonl", [{"query": "a", "document": "b"}])
-    configurables.parse([], ["mixtures.declared = {'x': ['wordnet_definitions']}"])
+    gin_registry.parse([], ["mixtures.declared = {'x': ['wordnet_definitions']}"])
     registration.register()
     assert isinstance(seqio.get_mixture_or_task("x"), seqio.Mixture)
-    configurables.parse([], [local("x", {"format": "jsonl", "path": str(path)})])
+    gin_registry.parse([], [local("x", {"format": "jsonl", "path": str(path)})])
     registration.register()
     assert isinstance(seqio.get_mixture_or_task("x"), seqio.Task)
-    configurables.parse([], [])
+    gin_registry.parse([], [])
     registration.register()
     assert "x" not in seqio.TaskRegistry.names() and "x" not in seqio.MixtureRegistry.names()
 

@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.models import BertConfig, DualEncoder, T5Config, init_params
 from samtone_jax.models.layout import ARCHITECTURES, layout
 
@@ -167,8 +167,8 @@ def test_packed_rows_are_mostly_real_tokens():
 
 
 def test_a_text_longer_than_its_row_or_a_bad_budget_is_named():
+    from samtone_jax.core.errors import BadValueError
     from samtone_jax.data.packing import assign_rows, pack_batch
-    from samtone_jax.errors import BadValueError
 
     with pytest.raises(BadValueError, match=r"a text of 13 tokens is longer than its row \(12\)"):
         assign_rows(np.array([3, 13]), 12, 4)
@@ -193,7 +193,7 @@ def test_a_row_floor_from_the_first_batches_bounds_the_shapes_and_keeps_every_te
     """train.packing_row_sample: the most rows the first batches need is a floor for every later
     batch, so later batches stop bringing new shapes (each a compilation); texts stay where the slots say."""
     from samtone_jax.data.packing import pack_batch, rows_needed
-    from samtone_jax.train_batches import Packing
+    from samtone_jax.training.train_batches import Packing
 
     mesh = types.SimpleNamespace(shape={"data": 2})
     batches = [_batch(seed=s, b=64, lq=32, ld=48, short=20) for s in range(60)]
@@ -227,11 +227,13 @@ def test_a_row_floor_from_the_first_batches_bounds_the_shapes_and_keeps_every_te
 def _step(model, mesh, batch, chunk=None, max_segments=None):
     """(parameters after one SGD step of rate 1 from the initial state = params − gradient, metrics):
     comparing them compares the gradients themselves."""
-    from samtone_jax import gin_utils, partitioning, train
+    from samtone_jax.config import gin_config
+    from samtone_jax.models import partitioning
+    from samtone_jax.training import train
 
     tx = optax.sgd(1.0)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None)
-    step = train.make_train_step(model, tx, lambda _: 1.0, mesh, chunk, gin_utils.contrastive_loss, max_segments)
+    step = train.make_train_step(model, tx, lambda _: 1.0, mesh, chunk, gin_config.contrastive_loss, max_segments)
     step = jax.jit(step)
     new_state, metrics = step(state, partitioning.host_to_global(mesh, batch))
     return jax.device_get(new_state["params"]), jax.device_get(metrics)
@@ -247,11 +249,11 @@ def _assert_same_step(a, b, what):
 
 @pytest.fixture
 def gin_samtone():
-    from samtone_jax import configurables
+    from samtone_jax.cli import gin_registry
 
-    configurables.parse(["losses/samtone_both.gin"], ["TEMPERATURE = 0.05"])
+    gin_registry.parse(["losses/samtone_both.gin"], ["TEMPERATURE = 0.05"])
     yield
-    configurables.parse([], [])
+    gin_registry.parse([], [])
 
 
 @pytest.mark.slow
@@ -260,8 +262,9 @@ def test_the_packed_step_equals_the_unpacked_step_sharded_and_with_grad_cache(gi
     """Same pairs, packed on 8 devices (plain and GradCache) vs unpacked on one: the same loss,
     metrics and updated parameters (dropout off: packed rows draw their masks per row); T5 and BERT
     towers (BERT's absolute positions restart in every packed text)."""
-    from samtone_jax import partitioning, train_batches
     from samtone_jax.data.packing import pack_batch
+    from samtone_jax.models import partitioning
+    from samtone_jax.training import train_batches
 
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")

@@ -12,10 +12,10 @@ import pytest
 from jax.sharding import PartitionSpec as P
 from test_losses import reference_loss
 
-from samtone_jax.errors import BadValueError
-from samtone_jax.losses import contrastive_loss
-from samtone_jax.matryoshka import nested
-from samtone_jax.quantization_aware import aware, check_start
+from samtone_jax.core.errors import BadValueError
+from samtone_jax.objectives.losses import contrastive_loss
+from samtone_jax.objectives.matryoshka import nested
+from samtone_jax.objectives.quantization_aware import aware, check_start
 
 TAU = 0.05
 SETTING = dict(mode="samtone", same_tower="query", bidirectional=True)
@@ -192,7 +192,7 @@ def test_a_quantization_aware_run_with_grad_cache_logs_each_term(wordnet_env, tm
     from conftest import tiny_train_argv
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
 
     extra = ["--gin.train.quantized_precisions=('float32', 'binary')", "--gin.train.quantized_weights=(1.0, 0.5)"]
     logged = {}

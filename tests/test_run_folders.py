@@ -3,7 +3,7 @@ run are complete (orbax's rule, asked of orbax, and the commit marker)."""
 
 from __future__ import annotations
 
-from samtone_jax import run_folders
+from samtone_jax.core import run_folders
 
 
 def _step(root, name, marker=True):

@@ -12,9 +12,9 @@ import pytest
 from conftest import tiny_train_argv
 
 import samtone_jax
-from samtone_jax import cli
 from samtone_jax.checkpoints import load_params
 from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+from samtone_jax.cli import main as cli
 
 
 def _params(run, step):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import toy_collection
 
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.hard_negatives import scoring, teachers
 
 WORDS = (
@@ -198,15 +198,16 @@ def test_samtone_teacher_ranks_by_the_models_cosine(trained_run, tmp_path):
 @pytest.fixture
 def wordnet_scores(wordnet_env, tmp_path):
     """(the BM25 scores file of wordnet_definitions/all, its collection), attached through gin."""
-    from samtone_jax import cli, configurables
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.cli import main as cli
     from samtone_jax.tasks import catalogue
 
     out = tmp_path / "scores.jsonl"
     argv = ["score", "--teacher=bm25", "--task=wordnet_definitions", "--split=all", f"--out={out}", "--depth=4"]
     assert cli.main(argv) == 0
-    configurables.parse([], [f"hard_negatives_file.path = '{out}'"])
+    gin_registry.parse([], [f"hard_negatives_file.path = '{out}'"])
     yield out, catalogue.collection("wordnet_definitions", "all")
-    configurables.parse([], [])
+    gin_registry.parse([], [])
 
 
 def test_scores_file_gives_the_examples_their_teacher_scores_and_guide_ids(wordnet_scores):
@@ -241,11 +242,11 @@ def test_scores_file_gives_the_examples_their_teacher_scores_and_guide_ids(wordn
 
 @pytest.mark.slow
 def test_teacher_features_travel_through_the_pipeline_packing_and_model_features(wordnet_scores, wordnet_data):
-    from samtone_jax import train_batches
     from samtone_jax.data import packing, pipeline
     from samtone_jax.data.false_negatives import FalseNegativeFilter
     from samtone_jax.data.input_spec import InputSpec
     from samtone_jax.tasks import registration
+    from samtone_jax.training import train_batches
 
     guide = FalseNegativeFilter(margin=0.5, max_ids=3)
     spec = InputSpec(str(wordnet_data[1]), 8, 12, num_negatives=2, teacher_scores=True, guide=guide)
@@ -267,7 +268,7 @@ def test_teacher_features_travel_through_the_pipeline_packing_and_model_features
 
 
 def test_a_mined_file_without_scores_cannot_feed_teacher_features(wordnet_env, tmp_path):
-    from samtone_jax import configurables
+    from samtone_jax.cli import gin_registry
     from samtone_jax.data.input_spec import InputSpec
     from samtone_jax.tasks import catalogue
     from samtone_jax.tasks.registration import examples
@@ -276,12 +277,12 @@ def test_a_mined_file_without_scores_cannot_feed_teacher_features(wordnet_env, t
     qid = sorted(collection.queries)[0]
     path = tmp_path / "mined.tsv"
     path.write_text(f"{qid}\t{','.join(d for d in sorted(collection.corpus) if d not in collection.qrels[qid])}\n")
-    configurables.parse([], [f"hard_negatives_file.path = '{path}'"])
+    gin_registry.parse([], [f"hard_negatives_file.path = '{path}'"])
     try:
         with pytest.raises(BadValueError, match="has none: point it at a `samtone score` file"):
             examples("wordnet_definitions", "all", InputSpec(num_negatives=1, teacher_scores=True))
     finally:
-        configurables.parse([], [])
+        gin_registry.parse([], [])
 
 
 @pytest.mark.slow
@@ -291,7 +292,7 @@ def test_training_distils_from_the_scores_and_guides_its_negatives(
 ):
     from conftest import tiny_bert_train_argv, tiny_train_argv
 
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
 
     out, _ = wordnet_scores
     model_dir = tmp_path / "run"
@@ -343,7 +344,7 @@ def test_training_distils_from_the_scores_and_guides_its_negatives(
 def test_training_refuses_teacher_settings_it_would_ignore(extra, match, wordnet_env, tmp_path, capsys):
     from conftest import tiny_train_argv
 
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
 
     assert cli.main(tiny_train_argv(tmp_path / "run", wordnet_env[1], extra=extra)) == 2
     assert match in capsys.readouterr().err
@@ -351,7 +352,7 @@ def test_training_refuses_teacher_settings_it_would_ignore(extra, match, wordnet
 
 
 def test_score_refuses_flags_that_do_not_apply(wordnet_env, tmp_path, capsys):
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
 
     base = ["score", "--task=wordnet_definitions", "--split=all", f"--out={tmp_path / 'out.jsonl'}"]
     mined = tmp_path / "mined.tsv"

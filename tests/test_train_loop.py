@@ -17,17 +17,18 @@ import numpy as np
 import pytest
 from conftest import TEST_XLA_FLAGS
 
-from samtone_jax import configurables, paths
 from samtone_jax.checkpoints.train_checkpoints import restore_on_one_device
+from samtone_jax.cli import gin_registry
+from samtone_jax.core import paths
 
 # The step (and each encoding batch of the in-training eval) slowed down from outside, so a signal
 # can land mid-run or mid-eval (test instrumentation only).
 SLOW = (
-    "import sys, time; import samtone_jax.train_logging as t; record = t.ProgressLogger.record; "
+    "import sys, time; import samtone_jax.training.train_logging as t; record = t.ProgressLogger.record; "
     "t.ProgressLogger.record = lambda self, s, m: (time.sleep(0.7), record(self, s, m))[1]; "
-    "import samtone_jax.text_embedder as e; encode = e.TextEmbedder.encode_tokens; "
+    "import samtone_jax.inference.text_embedder as e; encode = e.TextEmbedder.encode_tokens; "
     "e.TextEmbedder.encode_tokens = lambda self, *a, **k: (time.sleep(1.0), encode(self, *a, **k))[1]; "
-    "from samtone_jax import cli; sys.exit(cli.main(sys.argv[1:]))"
+    "from samtone_jax.cli import main as cli; sys.exit(cli.main(sys.argv[1:]))"
 )
 
 
@@ -61,7 +62,7 @@ def _env(wordnet_dir, cpu_devices=None):
 
 
 def _launch(argv, env, log_path, slow=False):
-    code = ["-c", SLOW] if slow else ["-m", "samtone_jax.cli"]
+    code = ["-c", SLOW] if slow else ["-m", "samtone_jax.cli.main"]
     return subprocess.Popen(
         [sys.executable, *code, *argv], env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT
     )
@@ -69,7 +70,7 @@ def _launch(argv, env, log_path, slow=False):
 
 def _in_process(argv, capsys, devices):
     """`samtone ARGV` in this process on its first `devices` devices (create_mesh.num_devices); its stdout."""
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
 
     capsys.readouterr()
     assert cli.main([*argv, f"--gin.create_mesh.num_devices={devices}"]) == 0
@@ -324,7 +325,7 @@ def test_a_killed_process_then_ctrl_c_mid_eval_on_two_processes_and_the_rerun_re
 
 
 def test_missing_macro_and_gin_typo_fail_before_compilation(capsys):
-    from samtone_jax import cli
+    from samtone_jax.cli import main as cli
 
     assert cli.main(["train", "--gin_file=models/t5_1_1_tiny.gin", "--gin_file=runs/finetune_multireqa.gin"]) == 2
     assert "MODEL_DIR" in capsys.readouterr().err
@@ -340,7 +341,7 @@ def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, squad_dev):
     from samtone_jax.evaluation import run as eval_run
 
     vocab_path = squad_dev
-    configurables.parse(
+    gin_registry.parse(
         ["models/t5_1_1_tiny.gin", "architectures/sde.gin", "losses/samtone_query.gin"],
         [
             "VOCAB_SIZE = 2000",
@@ -362,10 +363,10 @@ def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, squad_dev):
             "create_mesh.num_devices = 1",  # a tiny model learns no differently, and faster, on one
         ],
     )
-    configurables.train_program()
+    gin_registry.train_program()
     hook = _series(tmp_path / "run" / "eval", "eval/retrieval/RR")
     assert len(hook) == 2  # steps 60 and 120
-    configurables.parse([], [f"evaluate.model_dir = '{tmp_path / 'run'}'", "evaluate.task = 'multireqa_squad_dev'"])
+    gin_registry.parse([], [f"evaluate.model_dir = '{tmp_path / 'run'}'", "evaluate.task = 'multireqa_squad_dev'"])
     offline = eval_run.evaluate()
     assert json.load(open(tmp_path / "run" / "eval" / "multireqa_squad_dev_test_step120.json"))["queries"] == 2000
     assert hook[-1] == pytest.approx(offline["RR"], abs=1e-4)

@@ -9,8 +9,11 @@ import jax
 import numpy as np
 import pytest
 
-from samtone_jax import configurables, gin_utils, grad_cache, optimizer, partitioning, train, train_batches
-from samtone_jax.batch_embeddings import embed_batch
+from samtone_jax.cli import gin_registry
+from samtone_jax.config import gin_config
+from samtone_jax.models import partitioning
+from samtone_jax.training import grad_cache, optimizer, train, train_batches
+from samtone_jax.training.batch_embeddings import embed_batch
 
 
 def _batch(batch=16, k=0, seed=0, vocab=97):
@@ -30,11 +33,11 @@ def _batch(batch=16, k=0, seed=0, vocab=97):
 
 @pytest.fixture
 def gin_tiny():
-    configurables.parse(
+    gin_registry.parse(
         ["models/t5_1_1_tiny.gin", "architectures/ade_spl.gin", "losses/samtone_both.gin"],
         ["VOCAB_SIZE = 97", "DROPOUT_RATE = 0.1", "PROJECTION_DIM = 16", "TEMPERATURE = 0.05"],
     )
-    return gin_utils.model()
+    return gin_config.model()
 
 
 def _one_step(model, mesh, batch, chunk=None, repeats=1, rules=partitioning.DEFAULT_RULES):
@@ -42,7 +45,7 @@ def _one_step(model, mesh, batch, chunk=None, repeats=1, rules=partitioning.DEFA
     compiled step runs that many times in all, each giving the same loss."""
     tx, schedule = optimizer.adafactor(learning_rate=1e-2, train_steps=10)
     state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None, rules=rules)
-    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk, gin_utils.contrastive_loss))
+    step = jax.jit(train.make_train_step(model, tx, schedule, mesh, chunk, gin_config.contrastive_loss))
     batch = partitioning.host_to_global(mesh, batch)
     with partitioning.activation_sharding(mesh, rules):  # the activation constraints live, as train() under FSDP
         new_state, metrics = step(state, batch)
@@ -89,7 +92,7 @@ def test_one_device_eight_devices_and_fsdp_take_the_same_step(gin_tiny):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def _grads(model, mesh, batch, chunk, loss=gin_utils.contrastive_loss):
+def _grads(model, mesh, batch, chunk, loss=gin_config.contrastive_loss):
     params = jax.device_get(nn.unbox(train.init_params(model, jax.random.PRNGKey(0))))
     batch = partitioning.host_to_global(mesh, batch)
     rng = jax.random.PRNGKey(7)
@@ -109,7 +112,7 @@ def test_teacher_scores_and_guide_ids_travel_through_sharding_and_grad_cache(gin
     """The distilled, guided loss: GradCache on 8 devices = the plain step on 1 (dropout on)."""
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices")
-    from samtone_jax.distillation import distillation_loss, with_distillation
+    from samtone_jax.objectives.distillation import distillation_loss, with_distillation
 
     batch = _batch(batch=16, k=2, seed=3)
     rng = np.random.RandomState(4)
@@ -118,7 +121,7 @@ def test_teacher_scores_and_guide_ids_travel_through_sharding_and_grad_cache(gin
     guide[:, 0] = rng.randint(0, 10, 16)  # the ids _batch draws from: flags other pairs' documents
     batch["guide_ids"] = train_batches.fold_ids(guide)
     loss = with_distillation(
-        gin_utils.contrastive_loss,
+        gin_config.contrastive_loss,
         lambda q, d, n, t, axis_name: distillation_loss(q, d, n, t, temperature=0.1, axis_name=axis_name),
         1.0,
         0.5,
@@ -199,7 +202,7 @@ def test_num_devices_keeps_the_first_devices_and_refuses_what_it_cannot_keep():
     part of a mesh spanning processes are one-line errors naming the gin name."""
     import types
 
-    configurables.parse([], ["create_mesh.num_devices = 3"])
+    gin_registry.parse([], ["create_mesh.num_devices = 3"])
     mesh = partitioning.create_mesh()
     assert list(mesh.devices.flat) == jax.devices()[:3] and dict(mesh.shape) == {"data": 3, "model": 1}
     assert partitioning.create_mesh(devices=jax.devices()[:3]).devices.size == 3  # all of them: no-op
@@ -233,7 +236,7 @@ def test_init_checkpoint_provides_the_starting_parameters(gin_tiny, tmp_path):
 
 
 def test_non_finite_loss_stops_with_the_step_range_and_last_checkpoint(tmp_path):
-    from samtone_jax.train_logging import NonFiniteLossError, ProgressLogger
+    from samtone_jax.training.train_logging import NonFiniteLossError, ProgressLogger
 
     class Checkpoints:
         directory = "/runs/x/checkpoints"
@@ -267,9 +270,9 @@ def test_scan_remat_and_grad_cache_under_fsdp_take_the_same_step():
         "TEMPERATURE = 0.05",
         "T5Config.scan_layers = True",
     ]
-    configurables.parse(files, common)
-    reference_params, reference = _one_step(gin_utils.model(), mesh, batch)
-    base = gin_utils.model()
+    gin_registry.parse(files, common)
+    reference_params, reference = _one_step(gin_config.model(), mesh, batch)
+    base = gin_config.model()
     model = base.clone(config=dataclasses.replace(base.config, remat=True))
     assert model.config.remat and model.config.scan_layers
     # Run 20 times: XLA:CPU's concurrency-optimised scheduler let the 8 devices start the layers'
@@ -296,7 +299,7 @@ def test_id_masking_off_makes_duplicates_negatives(gin_tiny):
         batch = partitioning.host_to_global(mesh, features)
 
         def metrics_of(params, batch):
-            loss_fn = train.make_loss_on_embeddings(gin_tiny, mesh, batch, gin_utils.contrastive_loss)
+            loss_fn = train.make_loss_on_embeddings(gin_tiny, mesh, batch, gin_config.contrastive_loss)
             return loss_fn(params, *embed_batch(gin_tiny, params, batch, None))[1]
 
         metrics[name] = jax.device_get(jax.jit(metrics_of)(params, batch))

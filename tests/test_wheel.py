@@ -50,7 +50,7 @@ def test_a_built_wheel_installs_and_trains_with_its_own_gin_files(wordnet_env, t
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
-    where = run("-c", "import samtone_jax.gin_utils as g; print(g.__file__); print(g.GIN_CONFIGS_DIR)").split()
+    where = run("-c", "import samtone_jax.config.gin_config as g; print(g.__file__); print(g.GIN_CONFIGS_DIR)").split()
     assert all(w.startswith(str(site)) for w in where), where
     samtone = venv / "bin" / "samtone"  # the console script the wheel declares
     assert "train" in run("--help", program=samtone)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from samtone_jax import xla_cpu_flags
+from samtone_jax.core import xla_cpu_flags
 
 
 def test_the_flag_is_appended_to_the_flags_already_there():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.evaluation import search
 
 # A ratio's denominator smaller than this in magnitude makes it meaningless (and unbounded):

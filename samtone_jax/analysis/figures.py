@@ -12,8 +12,8 @@ import io
 import numpy as np
 from matplotlib.figure import Figure
 
-from samtone_jax.atomic_file import write_atomic
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.atomic_file import write_atomic
+from samtone_jax.core.errors import BadValueError
 
 QUERY_COLOR, DOCUMENT_COLOR = "tab:blue", "tab:orange"
 

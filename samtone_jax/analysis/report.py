@@ -15,11 +15,11 @@ from typing import Protocol
 
 import numpy as np
 
-from samtone_jax import paths
 from samtone_jax.analysis import embedding_space, figures
-from samtone_jax.atomic_file import write_atomic
+from samtone_jax.core import paths
+from samtone_jax.core.atomic_file import write_atomic
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.collection import RetrievalCollection
-from samtone_jax.errors import BadValueError
 
 NUM_TSNE_LINKS = 10
 NORM_TOLERANCE = 1e-3
@@ -33,7 +33,7 @@ STATISTICS = (  # the report table's columns, in order
 
 
 class Encoder(Protocol):
-    """What `analyze` needs of a model (e.g. `samtone_jax.inference.Encoder`)."""
+    """What `analyze` needs of a model (e.g. `samtone_jax.inference.encoder.Encoder`)."""
 
     def encode_queries(self, texts: list[str]) -> np.ndarray: ...
 

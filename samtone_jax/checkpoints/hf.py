@@ -14,9 +14,9 @@ import os
 
 import numpy as np
 
-from samtone_jax import paths
 from samtone_jax.checkpoints.source import CheckpointMismatchError, Source
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.models import T5Config
 
 _FEED_FORWARD = {"relu": ("relu",), "gated-gelu": ("gelu", "linear")}

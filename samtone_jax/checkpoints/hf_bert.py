@@ -19,10 +19,10 @@ import json
 
 import numpy as np
 
-from samtone_jax import paths, run_folders
 from samtone_jax.checkpoints.hf import _open_tensors, local_folder
 from samtone_jax.checkpoints.source import CheckpointMismatchError, Source
-from samtone_jax.errors import MissingFileError
+from samtone_jax.core import paths, run_folders
+from samtone_jax.core.errors import MissingFileError
 from samtone_jax.models import BertConfig
 
 TOKENIZER = run_folders.TOKENIZER

@@ -13,11 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from samtone_jax import paths, run_folders
-from samtone_jax.atomic_file import require_complete
 from samtone_jax.checkpoints import hf, hf_bert, mtf, t5x
 from samtone_jax.checkpoints.source import CheckpointMismatchError, report_unused, tower_from_source
-from samtone_jax.errors import BadValueError
+from samtone_jax.core import paths, run_folders
+from samtone_jax.core.atomic_file import require_complete
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.models import BertConfig, DualEncoder, init_params
 from samtone_jax.models.dual_encoder import Projection
 from samtone_jax.models.layout import SIDES, layout

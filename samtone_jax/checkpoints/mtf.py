@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 import tempfile
 
-from samtone_jax import paths
 from samtone_jax.checkpoints.source import Source
-from samtone_jax.errors import MissingFileError
+from samtone_jax.core import paths
+from samtone_jax.core.errors import MissingFileError
 
 _SLOT = re.compile(r"_slot_v[rc]?$")
 
@@ -73,7 +73,7 @@ def _local_prefix(path: str) -> str:
 
 
 def open_source(path: str, config=None) -> Source:
-    from samtone_jax.tensorflow_setup import tf
+    from samtone_jax.core.tensorflow_setup import tf
 
     path = _local_prefix(path)
     try:

@@ -19,10 +19,10 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from samtone_jax import paths
-from samtone_jax.atomic_file import atomic_directory, require_complete
-from samtone_jax.errors import ExistingFileError, MissingFileError
-from samtone_jax.run_folders import INFO_JSON, MODEL_GIN, PARAMS
+from samtone_jax.core import paths
+from samtone_jax.core.atomic_file import atomic_directory, require_complete
+from samtone_jax.core.errors import ExistingFileError, MissingFileError
+from samtone_jax.core.run_folders import INFO_JSON, MODEL_GIN, PARAMS
 
 
 def save_params(
@@ -63,7 +63,7 @@ def save_sharded_params(
     old version, or on gs:// a complete new one the next write moves in)."""
     from jax.experimental import multihost_utils
 
-    from samtone_jax.atomic_file import begin_in_place, commit_in_place, write_atomic
+    from samtone_jax.core.atomic_file import begin_in_place, commit_in_place, write_atomic
 
     error, staged, seen = None, None, None
     if jax.process_index() == 0:

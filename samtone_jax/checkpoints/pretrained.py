@@ -21,8 +21,8 @@ import shutil
 import tempfile
 import zipfile
 
-from samtone_jax import paths
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError, MissingFileError
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import os
 
-from samtone_jax import paths, run_folders
-from samtone_jax.atomic_file import require_complete
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.core import paths, run_folders
+from samtone_jax.core.atomic_file import require_complete
+from samtone_jax.core.errors import BadValueError, MissingFileError
 
 
 def checkpoint_params(path: str, model, placed=None) -> dict:

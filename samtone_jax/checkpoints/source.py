@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 from flax import serialization
 
-from samtone_jax import paths
 from samtone_jax.checkpoints.source import Source
-from samtone_jax.errors import MissingFileError
+from samtone_jax.core import paths
+from samtone_jax.core.errors import MissingFileError
 
 
 def _is_tensorstore_spec(node) -> bool:

@@ -20,8 +20,8 @@ import time
 import jax
 import orbax.checkpoint as ocp
 
-from samtone_jax import paths, run_folders
-from samtone_jax.errors import BadValueError, UserError, storage_reason
+from samtone_jax.core import paths, run_folders
+from samtone_jax.core.errors import BadValueError, UserError, storage_reason
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import dataclasses
 import hashlib
 import re
 
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.records import ReadStats
-from samtone_jax.errors import BadValueError
 
 
 def normalize_text(text: str) -> str:

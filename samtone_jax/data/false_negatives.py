@@ -23,7 +23,7 @@ import dataclasses
 import gin
 import numpy as np
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 
 
 @gin.configurable

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import seqio
 
-from samtone_jax.errors import BadValueError
-from samtone_jax.tensorflow_setup import tf
+from samtone_jax.core.errors import BadValueError
+from samtone_jax.core.tensorflow_setup import tf
 
 EOS_ID = 1
 Spec = seqio.FeatureConverter.FeatureSpec

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.false_negatives import FalseNegativeFilter
-from samtone_jax.errors import BadValueError
 
 
 @dataclasses.dataclass(frozen=True)

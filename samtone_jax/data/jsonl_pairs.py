@@ -26,9 +26,9 @@ from __future__ import annotations
 import hashlib
 import math
 
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.collection import RetrievalCollection, normalize_text, text_id
 from samtone_jax.data.records import BadRecordError, ReadStats, json_object, read_lines
-from samtone_jax.errors import BadValueError
 
 FIELDS = (
     "query",

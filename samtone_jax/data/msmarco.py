@@ -13,10 +13,10 @@ qrels/<split>.tsv with a header line 'query-id corpus-id score'.
 
 from __future__ import annotations
 
-from samtone_jax import paths
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.data.records import ReadStats, exists, read_jsonl, read_lines, read_tsv, unique_ids
-from samtone_jax.errors import BadValueError
 
 
 def read_qrels(path: str, stats: ReadStats, skip_bad_records: bool = False, header: bool = False):

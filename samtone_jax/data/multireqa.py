@@ -18,10 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-from samtone_jax import paths
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.data.records import BadRecordError, ReadStats, UniqueIds, open_text, read_jsonl, unique_ids
-from samtone_jax.errors import BadValueError
 
 # Task suffix -> MRQA / MultiReQA dataset name, and whether MultiReQA has a training split.
 DATASETS = {

@@ -29,7 +29,7 @@ import dataclasses
 
 import numpy as np
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 
 PAD_ID = 0
 

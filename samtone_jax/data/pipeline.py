@@ -23,11 +23,11 @@ from __future__ import annotations
 import numpy as np
 import seqio
 
+from samtone_jax.core.errors import BadValueError
+from samtone_jax.core.tensorflow_setup import tf
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.features import DualEncoderFeatureConverter
 from samtone_jax.data.input_spec import InputSpec
-from samtone_jax.errors import BadValueError
-from samtone_jax.tensorflow_setup import tf
 
 
 def train_dataset(

@@ -18,8 +18,8 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from samtone_jax import paths
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError, MissingFileError
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import functools
 
 import numpy as np
 
-from samtone_jax import paths
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError, MissingFileError
 
 EOS_ID = 1  # features.EOS_ID (not imported: that module needs TensorFlow)
 

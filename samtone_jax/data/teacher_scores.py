@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import math
 
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.records import ReadStats, json_object, read_lines
-from samtone_jax.errors import BadValueError
 
 
 def row(qid: str, positives: dict[str, float], negatives: list[str], scores: list[float]) -> str:

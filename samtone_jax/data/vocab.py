@@ -12,8 +12,8 @@ import functools
 import io
 from collections.abc import Iterable
 
-from samtone_jax import paths
-from samtone_jax.errors import BadValueError, MissingFileError, UnreachableError
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError, MissingFileError, UnreachableError
 
 DEFAULT_VOCAB_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
 PUBLIC_T5_PIECES = 32000  # DEFAULT_VOCAB_PATH's pieces (then 100 extra ids)
@@ -94,8 +94,8 @@ def _wordpiece_vocabulary_class():
     import numpy as np
     import seqio
 
+    from samtone_jax.core.tensorflow_setup import tf
     from samtone_jax.data.wordpiece_tokens import WordPieceTokens
-    from samtone_jax.tensorflow_setup import tf
 
     class WordPieceVocabulary(seqio.Vocabulary):
         """seqio's interface over data/wordpiece_tokens.py (the `tokenizers` library, called from
@@ -166,7 +166,7 @@ def tokens(path: str | None = None, extra_ids: int | None = None):
 def _vocabulary_class():
     import seqio
 
-    import samtone_jax.tensorflow_setup  # noqa: F401  (before seqio's first TF op)
+    import samtone_jax.core.tensorflow_setup  # noqa: F401  (before seqio's first TF op)
 
     class SentencePieceVocabulary(seqio.SentencePieceVocabulary):
         """seqio's vocabulary, reading a gs:// model through the path layer: seqio opens the file
@@ -191,7 +191,7 @@ def _local_model_file(path: str) -> str:
     import hashlib
     import tempfile
 
-    from samtone_jax.atomic_file import write_atomic
+    from samtone_jax.core.atomic_file import write_atomic
 
     try:
         data = paths.as_path(path).read_bytes()
@@ -237,7 +237,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, out: str | None =
     )
     data = model.getvalue()
     if out:
-        from samtone_jax.atomic_file import write_atomic
+        from samtone_jax.core.atomic_file import write_atomic
 
         write_atomic(out, data)
     return data

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 
-from samtone_jax import paths
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.data.records import ReadStats, UniqueIds, read_lines
-from samtone_jax.errors import BadValueError, MissingFileError
 
 FILES = {"noun": "n", "verb": "v", "adj": "a", "adv": "r"}
 DEFAULT_DIR = "/usr/share/wordnet"

@@ -15,8 +15,8 @@ import functools
 
 import numpy as np
 
-from samtone_jax import paths
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError, MissingFileError
 
 PAD_ID = 0  # models.PAD_ID (not imported: data does not depend on models)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from samtone_jax import calibration, paths
-from samtone_jax.errors import BadValueError
+from samtone_jax.compression import calibration
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError
 
 
 def calibrate(encoder, folder: str, documents: dict[str, str], size: int, dims=None, source=None) -> str:
@@ -38,9 +39,10 @@ def calibrate(encoder, folder: str, documents: dict[str, str], size: int, dims=N
 
 def _trained_precisions(folder: str) -> tuple[str, ...]:
     """The precisions a run's loss was computed at (train.quantized_precisions; float32 otherwise)."""
-    from samtone_jax import gin_utils, run_folders
+    from samtone_jax.config import gin_config
+    from samtone_jax.core import run_folders
 
     root = paths.as_path(folder)
     config = next((root / n for n in (run_folders.CONFIG_GIN, run_folders.MODEL_GIN) if (root / n).exists()), None)
-    settings = gin_utils.read_bindings(config.read_text()) if config is not None else {}  # a run's, a soup's
+    settings = gin_config.read_bindings(config.read_text()) if config is not None else {}  # a run's, a soup's
     return tuple(settings.get("train.quantized_precisions") or ("float32",))

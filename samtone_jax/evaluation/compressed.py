@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from samtone_jax import quantization
-from samtone_jax.errors import BadValueError
+from samtone_jax.compression import quantization
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.evaluation import search
 
 

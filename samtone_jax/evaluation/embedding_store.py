@@ -21,10 +21,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from samtone_jax import paths
-from samtone_jax.atomic_file import atomic_open, write_atomic
-from samtone_jax.console_progress import Progress
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.core import paths
+from samtone_jax.core.atomic_file import atomic_open, write_atomic
+from samtone_jax.core.console_progress import Progress
+from samtone_jax.core.errors import BadValueError, MissingFileError
 
 log = logging.getLogger(__name__)
 

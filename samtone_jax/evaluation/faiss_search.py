@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 
 
 def _import_faiss():

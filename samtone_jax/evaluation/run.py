@@ -19,10 +19,11 @@ import json
 import gin
 import numpy as np
 
-from samtone_jax import paths, quantization, run_folders
-from samtone_jax.atomic_file import atomic_open, write_atomic
-from samtone_jax.console_progress import Progress
-from samtone_jax.errors import BadValueError
+from samtone_jax.compression import quantization
+from samtone_jax.core import paths, run_folders
+from samtone_jax.core.atomic_file import atomic_open, write_atomic
+from samtone_jax.core.console_progress import Progress
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.evaluation import compressed, metrics, search
 from samtone_jax.evaluation.embedding_store import encode_to_shards, load_shards
 
@@ -152,7 +153,7 @@ def dense_run(
     embeddings_dir: str | None = None,
 ) -> dict[str, dict[str, float]]:
     """{query id: {doc id: score}} of the top-k documents for every query (`encoder`: a
-    samtone_jax.inference.Encoder)."""
+    samtone_jax.inference.encoder.Encoder)."""
     embedded = dense_embeddings(encoder, queries, corpus, embeddings_dir)
     return search_run(*embedded, k=k, mesh=mesh, exclude_self=exclude_self, backend=backend)
 
@@ -277,7 +278,8 @@ def evaluate(
     """
     import jax
 
-    from samtone_jax import inference, partitioning
+    from samtone_jax.inference import encoder as inference
+    from samtone_jax.models import partitioning
     from samtone_jax.tasks import catalogue
 
     if split is None:  # test, or dev for a task without one (msmarco_passage)

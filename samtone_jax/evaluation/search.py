@@ -20,8 +20,8 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import quantization
-from samtone_jax.errors import BadValueError
+from samtone_jax.compression import quantization
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.evaluation import native_top_k
 
 # Float scores at full float32 precision on every platform. Without it an f32 matmul runs at JAX's

@@ -12,8 +12,8 @@ import json
 
 import numpy as np
 
-from samtone_jax import paths as path_layer
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.core import paths as path_layer
+from samtone_jax.core.errors import BadValueError, MissingFileError
 
 # Random draws are made in (chunk x queries) blocks of about this many elements (32 MiB as float64),
 # so 10k queries x 10k trials never needs the full matrix.

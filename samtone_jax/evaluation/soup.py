@@ -23,8 +23,8 @@ import dataclasses
 import jax
 import numpy as np
 
-from samtone_jax import paths, run_folders
-from samtone_jax.errors import BadValueError
+from samtone_jax.core import paths, run_folders
+from samtone_jax.core.errors import BadValueError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,11 +104,11 @@ def _description(ingredient: Ingredient) -> dict[str, str]:
     (the bytes of its vocab.model / tokenizer.json, hashed) and prompts."""
     import hashlib
 
-    from samtone_jax import gin_utils
+    from samtone_jax.config import gin_config
     from samtone_jax.tasks.prompts import prompt_of
 
     text = _config_text(ingredient)
-    settings = gin_utils.read_bindings(text)
+    settings = gin_config.read_bindings(text)
     root = paths.as_path(ingredient.source)
     vocabulary = "none"
     for name in (run_folders.VOCABULARY, run_folders.TOKENIZER):
@@ -118,7 +118,7 @@ def _description(ingredient: Ingredient) -> dict[str, str]:
     query, document = prompt_of(settings.get("train.task"), settings)
     per_task = settings.get("prompts.per_task") or {}
     return {
-        "tower family": type(gin_utils.model_from_gin_text(text).config).__name__,
+        "tower family": type(gin_config.model_from_gin_text(text).config).__name__,
         "vocabulary": vocabulary,
         "prompts": repr((query, document, sorted(per_task.items()))),
     }
@@ -183,10 +183,10 @@ def restore_params(ingredient: Ingredient, shardings=None):
 def sharded(found: list[Ingredient], mesh):
     """Shardings of the ingredients' parameters over `mesh`, every parameter's embed dimension split
     over the devices (FSDP's layout): on a pod each host holds 1 / hosts of each tree."""
-    from samtone_jax import gin_utils, partitioning
-    from samtone_jax.models import init_params
+    from samtone_jax.config import gin_config
+    from samtone_jax.models import init_params, partitioning
 
-    model = gin_utils.model_from_gin_text(_config_text(found[0]))
+    model = gin_config.model_from_gin_text(_config_text(found[0]))
     boxed = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
     every = partitioning.param_shardings(mesh, boxed, partitioning.FSDP_RULES)
     return {k: every[k] for k in _abstract(found[0])}  # a LoRA run's: what it trains
@@ -254,8 +254,8 @@ def greedy(found: list[Ingredient], score) -> tuple[object, list[str], dict[str,
 def validation_score(first: str, task: str, collection, args):
     """(params -> the validation measure of the model of checkpoint `first` with those parameters,
     the measure's name) on an even sample of `collection` (args: measure, max_queries, candidates)."""
-    from samtone_jax import inference
     from samtone_jax.evaluation import metrics, run
+    from samtone_jax.inference import encoder as inference
 
     wanted = args.measure or "RR"
     measure = next((m for m in metrics.DEFAULT_MEASURES if str(m) == wanted), None)

@@ -16,11 +16,11 @@ import time
 
 import gin
 
-from samtone_jax import quantization
+from samtone_jax.compression import quantization
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.sentencepiece_tokens import tokenize_texts as tokenize
-from samtone_jax.errors import BadValueError
 from samtone_jax.evaluation import compressed, metrics, search
-from samtone_jax.text_embedder import TextEmbedder
+from samtone_jax.inference.text_embedder import TextEmbedder
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import jax
 
-from samtone_jax import inference, paths, run_folders
 from samtone_jax.checkpoints import reader
-from samtone_jax.errors import BadValueError, ExistingFileError
+from samtone_jax.core import paths, run_folders
+from samtone_jax.core.errors import BadValueError, ExistingFileError
+from samtone_jax.inference import encoder as inference
 from samtone_jax.models.lora import trainable_keys
 
 

@@ -21,10 +21,10 @@ import logging
 
 import numpy as np
 
-from samtone_jax import paths, run_folders
-from samtone_jax.atomic_file import atomic_directory
+from samtone_jax.core import paths, run_folders
+from samtone_jax.core.atomic_file import atomic_directory
+from samtone_jax.core.errors import BadValueError, ExistingFileError, MissingFileError
 from samtone_jax.data.wordpiece_tokens import WordPieceTokens
-from samtone_jax.errors import BadValueError, ExistingFileError, MissingFileError
 from samtone_jax.models.layout import SIDES, layout
 from samtone_jax.version import __version__
 
@@ -139,9 +139,10 @@ def export(
     `weights` 'ema': a run's moving average of its parameters (train.ema_decay)."""
     from transformers.utils import logging as hf_logging
 
-    from samtone_jax import gin_utils, inference
+    from samtone_jax.config import gin_config
     from samtone_jax.export import tokenizer as tokenizer_lib
     from samtone_jax.export.model_card import model_card, mteb_metadata
+    from samtone_jax.inference import encoder as inference
 
     if fmt not in FORMATS:
         raise BadValueError(f"--format={fmt!r}: choose one of {FORMATS}")
@@ -197,7 +198,7 @@ def export(
         staged = paths.as_path(tmp)  # local; becomes DST as a whole
         if not (staged / vocabulary_file).exists():  # (an SDE's tokenizer save already put tokenizer.json there)
             (staged / vocabulary_file).write_bytes(vocabulary_bytes)
-        (staged / run_folders.MODEL_GIN).write_text(gin_utils.model_gin(encoder.model))
+        (staged / run_folders.MODEL_GIN).write_text(gin_config.model_gin(encoder.model))
         if encoder.calibration is not None:  # the int8 ranges it is served with (calibration.py)
             encoder.calibration.save(staged)
         (staged / run_folders.EXPORT_JSON).write_text(json.dumps(info, indent=2))

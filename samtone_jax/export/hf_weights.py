@@ -14,7 +14,7 @@ import numpy as np
 from samtone_jax.checkpoints.hf import _locate
 from samtone_jax.checkpoints.hf_bert import _locate as bert_locate
 from samtone_jax.checkpoints.source import _flatten, _stored_shape
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.models import BertConfig, T5Config
 
 _FEED_FORWARD = {("relu",): "relu", ("gelu", "linear"): "gated-gelu"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from samtone_jax import paths, run_folders
+from samtone_jax.core import paths, run_folders
 from samtone_jax.models import BertConfig
 
 _BINDING = re.compile(r"^([A-Za-z_][\w.]*)\s*=\s*(.+)$")
@@ -47,11 +47,11 @@ def eval_results(run_dir: str, weights: str = "params") -> list[dict]:
 def mteb_metadata(run_dir: str, projection_dim: int, max_tokens: int, calibration=None) -> dict:
     """MTEB's model metadata fields this run can fill: embedding dimension, maximum tokens, similarity,
     output dtypes, and the training datasets (the task, or a declared mixture's members)."""
-    from samtone_jax import gin_utils
+    from samtone_jax.config import gin_config
     from samtone_jax.tasks import catalogue
 
     config = paths.as_path(run_dir) / run_folders.CONFIG_GIN
-    settings = gin_utils.read_bindings(config.read_text()) if config.exists() else {}
+    settings = gin_config.read_bindings(config.read_text()) if config.exists() else {}
     task = str(settings.get("train.task") or "")
     mixtures = settings.get("mixtures.declared") or {}
     members = (mixtures.get(task) if isinstance(mixtures, dict) else None) or catalogue.MIXTURES.get(task)

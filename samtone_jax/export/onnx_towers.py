@@ -27,8 +27,8 @@ import logging
 
 import numpy as np
 
-from samtone_jax import paths
-from samtone_jax.errors import BadValueError
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.models.layout import SIDES, layout
 
 OPSET = 17

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import string
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 
 PROBE_TEXTS = [
     "A small dog barked at the mailman.",

@@ -25,13 +25,15 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from samtone_jax import gin_utils, loop, partitioning, run_folders
-from samtone_jax.atomic_file import write_atomic
+from samtone_jax.config import gin_config
+from samtone_jax.core import run_folders
+from samtone_jax.core.atomic_file import write_atomic
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.wordpiece_tokens import WordPieceTokens
-from samtone_jax.errors import BadValueError
 from samtone_jax.hard_negatives.adore import adore_loss_local
-from samtone_jax.models import DualEncoder, init_params
+from samtone_jax.models import DualEncoder, init_params, partitioning
 from samtone_jax.models.layout import layout
+from samtone_jax.training import loop
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +152,7 @@ def _config_text(model, source, task, batch_size, train_steps, k, metric_cut, te
     """config.gin: the ADE's model bindings (what eval / export / load read), its lengths, and how it
     was made."""
     return (
-        gin_utils.model_gin(model)
+        gin_config.model_gin(model)
         + "\n".join(
             [
                 f"train.query_length = {source.query_length}",
@@ -193,10 +195,10 @@ def train_adore(
 ) -> dict:
     """ADORE from `init_checkpoint` for `train_steps` on `mesh` (resumes from MODEL_DIR; the loop,
     with its lock, SIGTERM, checkpoints and non-finite stop, is loop.py's); returns the last metrics."""
-    from samtone_jax import inference
     from samtone_jax.evaluation.run import embed
-    from samtone_jax.optimizer import adafactor
+    from samtone_jax.inference import encoder as inference
     from samtone_jax.tasks import catalogue
+    from samtone_jax.training.optimizer import adafactor
 
     schedule = loop.Schedule(
         train_steps,

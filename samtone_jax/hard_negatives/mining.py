@@ -16,9 +16,9 @@ import logging
 
 import numpy as np
 
-from samtone_jax.atomic_file import atomic_open, write_atomic
+from samtone_jax.core.atomic_file import atomic_open, write_atomic
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.false_negatives import FalseNegativeFilter
-from samtone_jax.errors import BadValueError
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def _dense_candidates(encoder, queries: list[str], corpus: list[str], positives,
     """(ranked [Q, depth], scores, positive_scores [Q]) by the model's cosine."""
     import jax
 
-    from samtone_jax.console_progress import Progress
+    from samtone_jax.core.console_progress import Progress
     from samtone_jax.evaluation import search
 
     with Progress(len(queries), "encoding queries", process_index=jax.process_index()) as progress:
@@ -123,7 +123,7 @@ def mine(
     mesh=None,
 ) -> dict:
     """Mine negatives for every query of `collection` that has a positive; write `out` (TSV) and
-    `out`.json (counts). `encoder`: a samtone_jax.inference.Encoder, or None for BM25."""
+    `out`.json (counts). `encoder`: a samtone_jax.inference.encoder.Encoder, or None for BM25."""
     query_ids = sorted(q for q in collection.queries if collection.qrels.get(q))
     doc_ids = sorted(collection.corpus)
     index = {d: i for i, d in enumerate(doc_ids)}

@@ -21,10 +21,10 @@ import logging
 
 import numpy as np
 
-from samtone_jax import paths
-from samtone_jax.atomic_file import atomic_open, write_atomic
+from samtone_jax.core import paths
+from samtone_jax.core.atomic_file import atomic_open, write_atomic
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data import teacher_scores
-from samtone_jax.errors import BadValueError
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ import logging
 
 import numpy as np
 
-from samtone_jax import paths, run_folders
-from samtone_jax.errors import BadValueError, MissingFileError
+from samtone_jax.core import paths, run_folders
+from samtone_jax.core.errors import BadValueError, MissingFileError
 
 KINDS = ("auto", "bm25", "samtone", "sentence-transformers", "cross-encoder")
 
@@ -183,7 +183,7 @@ def load_teacher(spec: str, kind: str = "auto", *, step=None, vocabulary=None, b
     if found == "bm25":
         return BM25Teacher()
     if found == "samtone":
-        from samtone_jax import inference
+        from samtone_jax.inference import encoder as inference
 
         encoder = inference.load_encoder(spec, step=step, vocabulary=vocabulary, batch_size=batch_size, mesh=mesh)
         name = f"samtone:{paths.as_str(spec)}@{encoder.step}"

@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.models import lora as lora_lib
 from samtone_jax.models.bert import BertConfig, BertEncoder
 from samtone_jax.models.layout import ARCHITECTURES, layout

@@ -18,7 +18,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 
 SIDES = ("query", "document")
 

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.models.layout import LAYOUTS, SIDES, layout
 
 # Adaptable kernels of T5 and BERT towers (BERT names them <name>_kernel): their group and how many

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.models.dense import dense as _dense
 from samtone_jax.models.dense import low_rank, sub
 from samtone_jax.models.layer_stack import apply_layers

@@ -30,10 +30,10 @@ import os
 
 import gin
 
-from samtone_jax import paths
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data import msmarco, multireqa, wordnet
 from samtone_jax.data.collection import RetrievalCollection
-from samtone_jax.errors import BadValueError
 from samtone_jax.tasks import declared
 
 BEIR_DATASETS = (

@@ -17,9 +17,9 @@ import os
 
 import gin
 
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data import msmarco
 from samtone_jax.data.collection import RetrievalCollection
-from samtone_jax.errors import BadValueError
 
 
 @gin.configurable

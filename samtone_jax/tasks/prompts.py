@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gin
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 
 
 @gin.configurable
@@ -20,7 +20,7 @@ def prompts(query: str = "", document: str = "", per_task: dict | None = None) -
 
 def prompt_of(name: str, settings: dict | None = None) -> tuple[str, str]:
     """(query prompt, document prompt) of task `name` (None: the run-wide ones) from gin's `prompts.*`,
-    or from a saved run's `settings` (gin_utils.read_bindings) when given."""
+    or from a saved run's `settings` (gin_config.read_bindings) when given."""
     if settings is None:
         configured = prompts()
     else:

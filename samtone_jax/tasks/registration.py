@@ -15,13 +15,13 @@ import functools
 import numpy as np
 import seqio
 
+from samtone_jax.core.errors import BadValueError
+from samtone_jax.core.tensorflow_setup import tf
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.collection import text_id
 from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.data.input_spec import InputSpec
-from samtone_jax.errors import BadValueError
 from samtone_jax.tasks import catalogue, declared, prompts
-from samtone_jax.tensorflow_setup import tf
 
 
 def examples(

@@ -27,7 +27,7 @@ import zlib
 import gin
 import numpy as np
 
-from samtone_jax.errors import BadValueError
+from samtone_jax.core.errors import BadValueError
 
 RATES = ("mixture", "proportional", "temperature")
 

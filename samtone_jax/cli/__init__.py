@@ -1,0 +1,1 @@
+"""The programs: the `samtone` command line, its modes, the demo and the gin registry."""

@@ -1,0 +1,1 @@
+"""Training objectives: the contrastive loss family, distillation, Matryoshka, quantization-aware terms."""
