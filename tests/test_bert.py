@@ -16,14 +16,16 @@ import numpy as np
 import pytest
 from conftest import TINY_BERT, require_shared, tiny_wordpiece_bert
 
-from samtone_jax.checkpoints import hf_bert
+from samtone_jax.checkpoints import hf
+from samtone_jax.checkpoints.sentence_transformers_folder import transformer_folder
 from samtone_jax.checkpoints.source import CheckpointMismatchError, tower_from_source
 from samtone_jax.cli import main as cli
 from samtone_jax.config import gin_config
 from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.wordpiece_tokens import WordPieceTokens
-from samtone_jax.models import BertConfig, BertEncoder, DualEncoder, init_params
+from samtone_jax.models import BertConfig, BertEncoder, DualEncoder, families, init_params
 from samtone_jax.models.bert import segment_positions
+from samtone_jax.models.bert.hf_names import config_from_hf
 
 TINY = TINY_BERT
 
@@ -59,12 +61,16 @@ def tiny_bert_folder(tmp_path_factory):
     return folder, model.eval()
 
 
+def _bert_config(folder):
+    return config_from_hf(*hf.read_config(str(folder)))
+
+
 def _our_tower(folder, config=None):
-    config = config or hf_bert.bert_config(str(folder))
+    config = config or _bert_config(folder)
     abstract = jax.eval_shape(
         lambda: nn.unbox(BertEncoder(config).init(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32)))
     )
-    params, used = tower_from_source(hf_bert.open_source(str(folder), config), abstract["params"])
+    params, used = tower_from_source(hf.open_source(str(folder), config), abstract["params"])
     return config, params, used
 
 
@@ -194,13 +200,13 @@ def test_bert_imports_refuse_what_the_tower_is_not(tiny_bert_folder, tmp_path):
         bad.mkdir()
         (bad / "config.json").write_text(json.dumps({**config, **change}))
         with pytest.raises(CheckpointMismatchError, match=said):
-            hf_bert.bert_config(str(bad))
+            hf.model_bindings(str(bad))
     st = tmp_path / "st"
     shutil.copytree(_minilm(), st)
     pooling = json.loads((st / "1_Pooling" / "config.json").read_text())
     (st / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "pooling_mode_cls_token": True}))
     with pytest.raises(CheckpointMismatchError, match=r"pooling \['cls_token', 'mean_tokens'\]"):
-        hf_bert.transformer_folder(str(st))
+        transformer_folder(str(st))
 
 
 @pytest.mark.slow
@@ -390,14 +396,14 @@ def test_sentence_transformers_6_pooling_configs_and_what_is_refused(tmp_path):
     ):
         pooling.write_text(json.dumps(config))
         if refused is None:
-            assert hf_bert.transformer_folder(str(st)) == (str(st), 256)
+            assert transformer_folder(str(st)) == (str(st), 256)
         else:
             with pytest.raises(CheckpointMismatchError, match=refused):
-                hf_bert.transformer_folder(str(st))
+                transformer_folder(str(st))
     pooling.write_text(json.dumps({"pooling_mode": "mean"}))
     (st / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": True}))
     with pytest.raises(CheckpointMismatchError, match="do_lower_case true"):
-        hf_bert.transformer_folder(str(st))
+        transformer_folder(str(st))
 
 
 def test_a_vocabulary_must_be_the_towers_kind_and_fit_its_embedding(tmp_path):
@@ -406,13 +412,13 @@ def test_a_vocabulary_must_be_the_towers_kind_and_fit_its_embedding(tmp_path):
 
     tokenizer = os.path.join(_minilm(), "tokenizer.json")
     bert = BertConfig(vocab_size=30522, emb_dim=32, num_heads=4, head_dim=8)
-    vocab_lib.check_fits(tokenizer, bert, "train.vocabulary")  # MiniLM's own: fits
-    with pytest.raises(ValueError, match="a BERT-family tower reads its tokenizer.json"):
-        vocab_lib.check_fits(str(tmp_path / "vocab.model"), bert, "train.vocabulary")
+    vocab_lib.check_fits(tokenizer, families.BERT, bert.vocab_size, "train.vocabulary")  # MiniLM's own: fits
+    with pytest.raises(ValueError, match="a BERT tower reads its tokenizer.json"):
+        vocab_lib.check_fits(str(tmp_path / "vocab.model"), families.BERT, bert.vocab_size, "train.vocabulary")
     with pytest.raises(ValueError, match="has 30522 ids but the tower embeds 1000"):
-        vocab_lib.check_fits(tokenizer, BertConfig(vocab_size=1000, emb_dim=32, num_heads=4, head_dim=8), "x")
-    with pytest.raises(ValueError, match="a T5 tower reads a SentencePiece model"):
-        vocab_lib.check_fits(tokenizer, T5Config(), "train.vocabulary")
+        vocab_lib.check_fits(tokenizer, families.BERT, 1000, "x")
+    with pytest.raises(ValueError, match="a T5.1.1 tower reads a SentencePiece model"):
+        vocab_lib.check_fits(tokenizer, families.T5, T5Config().vocab_size, "train.vocabulary")
     with pytest.raises(ValueError, match="num_heads × head_dim = 4 × 4 must equal emb_dim = 32"):
         BertConfig(emb_dim=32, num_heads=4, head_dim=4)
 

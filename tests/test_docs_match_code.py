@@ -92,3 +92,22 @@ def test_every_documented_gin_name_is_a_parameter(path):
                 elif known[name] is not None and parameter not in known[name]:
                     wrong.append(f"{path.relative_to(REPO)}:{number}: {name} has no parameter {parameter!r}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_readme_is_short_and_user_docs_cite_no_issue_numbers():
+    """README.md is read in five minutes (≤ 200 lines); the tracker's issue numbers appear only in
+    docs/CHANGELOG.md, never in the docs a user reads."""
+    assert len((REPO / "README.md").read_text().splitlines()) <= 200
+    citing = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+        if path.name != "CHANGELOG.md"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bissues? \d+", line, re.IGNORECASE)
+    ]
+    assert citing == [], "move what an issue did to docs/CHANGELOG.md; say what the code does instead"
+
+
+def test_the_readme_links_only_docs_that_exist():
+    named = set(re.findall(r"docs/[A-Z]+\.md", (REPO / "README.md").read_text()))
+    assert named and all((REPO / name).exists() for name in named), sorted(n for n in named if not (REPO / n).exists())

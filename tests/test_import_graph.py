@@ -157,6 +157,38 @@ def test_no_import_points_up_the_layers():
     assert _upward(_graph()) == []
 
 
+def _family_tests(tree: ast.AST, config_names: set[str]) -> list[int]:
+    """Lines that test which tower family a value holds: isinstance(x, <a family's config>) or a
+    comparison with a config class's name ('BertConfig')."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+            named = {getattr(n, "id", None) or getattr(n, "attr", None) for n in ast.walk(node.args[1])}
+            if named & config_names:
+                lines.append(node.lineno)
+        if isinstance(node, ast.Compare):
+            strings = {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+            if strings & config_names:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_code_outside_a_family_folder_tests_which_family_it_holds():
+    from samtone_jax.models import families
+
+    config_names = {family.gin_name for family in families.FAMILIES}
+    family_folders = {PACKAGE / "models" / family.name for family in families.FAMILIES}
+    offences = [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in PACKAGE.rglob("*.py")
+        if not any(folder in path.parents for folder in family_folders)
+        for line in _family_tests(ast.parse(path.read_text()), config_names)
+    ]
+    assert offences == [], "ask the family's record (models/families.py: families.of(config)) instead"
+    planted = "bert = isinstance(config, BertConfig)\nkind = 'T5Config' if type(c).__name__ == 'BertConfig' else 1"
+    assert _family_tests(ast.parse(planted), config_names) == [1, 2]
+
+
 def test_the_checks_catch_a_planted_upward_import_and_a_room_circle():
     planted = {k: set(v) for k, v in _graph().items()}
     planted["samtone_jax.data.pipeline"].add("samtone_jax.tasks.registration")  # data -> tasks: up

@@ -546,10 +546,10 @@ def test_an_hf_import_of_an_unsupported_model_type_names_it(tmp_path, capsys):
     capsys.readouterr()
     code = cli.main(["import-checkpoint", "--format=hf", f"--src={folder}", f"--out={tmp_path / 'o'}"])
     _one_line(capsys, code, "model_type 'roberta', which no tower family here loads; supported: t5", "bert (")
-    from samtone_jax.checkpoints import hf_bert
+    from samtone_jax.checkpoints import hf
 
     (folder / "config.json").write_text("{}")  # no model_type: the T5 route, as before
-    assert hf_bert.bert_folder("hf", str(folder)) is None
+    assert hf.configured_folder("hf", str(folder)) is None
 
 
 def test_a_run_of_another_tower_family_in_model_dir_is_named_by_family(trained_run, tiny_bert_import):

@@ -1,10 +1,12 @@
-"""Hugging Face T5 checkpoints: a `T5EncoderModel` / `T5ForConditionalGeneration` folder.
+"""Hugging Face checkpoints of any tower family: a transformers model folder (config.json +
+`model.safetensors`, a sharded `model.safetensors.index.json`, or `pytorch_model.bin` read with
+`torch.load(weights_only=True)`), alone or as a sentence-transformers folder's Transformer module.
 
-Reads `model.safetensors` (or a sharded `model.safetensors.index.json`), else
-`pytorch_model.bin` with `torch.load(weights_only=True)`. `config.json` is checked against the
-gin config for what shapes cannot reveal (activation, buckets, max distance, epsilon).
-Linear weights are stored [out, in]: transposed on the way in. A gs:// folder's config and weight
-files (only those) are copied to local disk first: safetensors and torch read local files.
+config.json's model_type picks the family (models/families.py); the family's record gives the
+variable names (`hf_locate`), the config checks and, where it has them, the gin bindings of the
+tower's shape, so an import of such a folder needs no gin file (`model_bindings`). A gs:// folder's
+config and weight files (only those) are copied to local disk first: safetensors and torch read
+local files.
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ import os
 
 import numpy as np
 
-from samtone_jax.checkpoints.source import CheckpointMismatchError, Source
+from samtone_jax.checkpoints.sentence_transformers_folder import transformer_folder
+from samtone_jax.checkpoints.source import Source
 from samtone_jax.core import paths
-from samtone_jax.core.errors import BadValueError, MissingFileError
-from samtone_jax.models import T5Config
-
-_FEED_FORWARD = {"relu": ("relu",), "gated-gelu": ("gelu", "linear")}
+from samtone_jax.core.errors import BadValueError, CheckpointMismatchError, MissingFileError
+from samtone_jax.models import families
 
 
 def open_safetensors(file, framework: str = "numpy"):
@@ -67,7 +68,7 @@ def refuse_code_pickles(folder) -> None:
             load_torch_tensors(os.path.join(where, "pytorch_model.bin"))
 
 
-def _open_tensors(folder: str):
+def open_tensors(folder: str):
     """(names, read(name), shape(name)) from safetensors (single or sharded) or pytorch_model.bin
     in the local `folder`."""
     root = paths.as_path(folder)
@@ -97,68 +98,6 @@ def _open_tensors(folder: str):
     )
 
 
-def check_config(folder: str, config: T5Config) -> None:
-    """Fail on a config.json that disagrees with the gin T5Config, naming the gin setting."""
-    path = paths.as_path(folder) / "config.json"
-    if not path.exists():
-        raise MissingFileError(f"{path} is missing: a Hugging Face T5 folder needs its config.json")
-    hf = json.loads(path.read_text())
-    act = _FEED_FORWARD.get(hf.get("feed_forward_proj", "relu"))
-    checks = [
-        ("num_layers", hf.get("num_layers"), config.num_layers, "T5Config.num_layers"),
-        ("d_model", hf.get("d_model"), config.emb_dim, "T5Config.emb_dim"),
-        ("num_heads", hf.get("num_heads"), config.num_heads, "T5Config.num_heads"),
-        ("d_kv", hf.get("d_kv"), config.head_dim, "T5Config.head_dim"),
-        ("d_ff", hf.get("d_ff"), config.mlp_dim, "T5Config.mlp_dim"),
-        ("vocab_size", hf.get("vocab_size"), config.vocab_size, "T5Config.vocab_size"),
-        (
-            "relative_attention_num_buckets",
-            hf.get("relative_attention_num_buckets", 32),
-            config.relative_attention_num_buckets,
-            "T5Config.relative_attention_num_buckets",
-        ),
-        (
-            "relative_attention_max_distance",
-            hf.get("relative_attention_max_distance", 128),
-            config.relative_attention_max_distance,
-            "T5Config.relative_attention_max_distance",
-        ),
-        ("feed_forward_proj", act, config.mlp_activations, "T5Config.mlp_activations"),
-    ]
-    for hf_name, theirs, ours, gin_name in checks:
-        if theirs != ours:
-            hint = "an unsupported feed_forward_proj" if theirs is None else repr(theirs)
-            raise CheckpointMismatchError(
-                f"{path}: {hf_name}={hf.get(hf_name, hf_name)!r} but the gin config has {gin_name} = {ours!r}; "
-                f"set {gin_name} = {hint} (or use the gin file of this checkpoint's size)"
-            )
-    eps = hf.get("layer_norm_epsilon", 1e-6)
-    if not np.isclose(eps, config.layer_norm_epsilon):
-        raise CheckpointMismatchError(
-            f"{path}: layer_norm_epsilon={eps} but T5Config.layer_norm_epsilon = {config.layer_norm_epsilon}"
-        )
-
-
-def _locate(path):
-    first = path[0]
-    if first == "token_embedder":
-        return ["shared.weight", "encoder.embed_tokens.weight"], False
-    if first == "relpos_bias":
-        return ["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"], True
-    if first == "encoder_norm":
-        return ["encoder.final_layer_norm.weight"], False
-    i = int(first.split("_")[1])
-    block = f"encoder.block.{i}"
-    if path[1] == "pre_attention_layer_norm":
-        return [f"{block}.layer.0.layer_norm.weight"], False
-    if path[1] == "pre_mlp_layer_norm":
-        return [f"{block}.layer.1.layer_norm.weight"], False
-    if path[1] == "attention":
-        letter = {"query": "q", "key": "k", "value": "v", "out": "o"}[path[2]]
-        return [f"{block}.layer.0.SelfAttention.{letter}.weight"], True
-    return [f"{block}.layer.1.DenseReluDense.{path[2]}.weight"], True  # mlp
-
-
 def local_folder(folder: str) -> str:
     """`folder` when local, else a local copy of its config and weight files."""
     root = paths.as_path(folder)
@@ -172,15 +111,87 @@ def local_folder(folder: str) -> str:
     return paths.local_copy(root, names)
 
 
-def open_source(folder: str, config: T5Config) -> Source:
+def read_config(folder: str) -> tuple[dict, str]:
+    """(config.json of a Hugging Face folder, its path for messages)."""
+    path = paths.as_path(folder) / "config.json"
+    if not path.exists():
+        raise MissingFileError(f"{path} is missing: a Hugging Face model folder needs its config.json")
+    return json.loads(path.read_text()), str(path)
+
+
+def folder_family(folder: str):
+    """The tower family whose model_type a Hugging Face folder's config.json names (None: no
+    config.json, or no model_type, as in T5X-converted T5 folders); a model_type no family reads is
+    refused, naming those that are read."""
+    if not (paths.as_path(folder) / "config.json").exists():
+        return None
+    hf, where = read_config(folder)
+    return families.for_model_type(hf.get("model_type"), where)
+
+
+def configured_folder(fmt: str, src: str) -> tuple[str, int | None, object] | None:
+    """(the Hugging Face folder, sentence-transformers' max_seq_length, its family) of an import whose
+    tower shape comes from config.json (a sentence-transformers folder, or a Hugging Face folder of a
+    family with `hf_bindings`); None when a models/*.gin must name the shape (a T5 import)."""
+    if fmt == "sentence-transformers":
+        folder, max_seq_length = transformer_folder(src)  # its pooling checked, its lengths kept
+    elif fmt == "hf" and getattr(folder_family(src), "hf_bindings", None) is not None:
+        is_sentence_transformers = (paths.as_path(src) / "modules.json").exists()
+        folder, max_seq_length = transformer_folder(src) if is_sentence_transformers else (src, None)
+    else:
+        return None
+    family = folder_family(folder)
+    if family is None or family.hf_bindings is None:
+        raise CheckpointMismatchError(
+            f"{folder}: --format=sentence-transformers imports a tower whose config.json gives its shape "
+            f"({', '.join(f.display for f in families.FAMILIES if f.hf_bindings)}); this one does not"
+        )
+    if not (paths.as_path(folder) / family.export_vocabulary).exists():
+        raise MissingFileError(
+            f"{folder}/{family.export_vocabulary} is missing: a {family.display} import needs its tokenizer"
+        )
+    return folder, max_seq_length, family
+
+
+def model_bindings(folder: str, max_seq_length: int | None = None) -> list[str]:
+    """Gin bindings of a DualEncoder over the tower of `folder`: its family's config bindings from
+    config.json, an identity-initialised projection (the import embeds as the source does), and
+    train.query_length / train.doc_length = the source's max_seq_length (else 256, capped by the
+    positions) for samtone_jax.load."""
+    hf, where = read_config(folder)
+    family = families.for_model_type(hf.get("model_type"), where)
+    bindings = family.hf_bindings(hf, where)
+    positions = next((int(b.split("=")[1]) for b in bindings if b.startswith(f"{family.gin_name}.max_length")), None)
+    length = min(max_seq_length or 256, positions or 256)
+    return bindings + [
+        "DualEncoder.projection_init = 'identity'",
+        f"train.query_length = {length}",
+        f"train.doc_length = {length}",
+    ]
+
+
+def open_source(folder: str, config) -> Source:
+    """The tensors of a Hugging Face folder under `config`'s family's names, config.json checked
+    against `config` first."""
+    family = families.of(config)
     folder = local_folder(folder)
-    check_config(folder, config)
-    names, read, shape = _open_tensors(folder)
+    hf, where = read_config(folder)
+    found = hf.get("model_type")
+    if found is not None and found not in family.hf_model_types:
+        raise CheckpointMismatchError(
+            f"{where}: model_type {found!r}, but the gin config builds a {family.display} tower "
+            f"(model_type {' / '.join(family.hf_model_types)}): import it with its own config"
+        )
+    family.check_hf_config(hf, where, config)
+    names, read, shape = open_tensors(folder)
     return Source(
-        description=f"Hugging Face checkpoint {folder}",
+        description=f"Hugging Face {family.display} checkpoint {folder}",
         names=names,
         read=read,
         shape=shape,
-        locate=_locate,
-        is_encoder_variable=lambda n: n.startswith("encoder.block."),
+        locate=family.hf_locate,
+        is_encoder_variable=family.hf_encoder_variable,
+        config_name=family.gin_name,
+        shape_hints=family.shape_hints,
+        mlp_hint=family.mlp_hint,
     )

@@ -1,5 +1,5 @@
-"""Import a public encoder (T5: Hugging Face, T5X, Mesh-TF; BERT-family: Hugging Face or
-sentence-transformers, checkpoints/hf_bert.py) into our DualEncoder parameter tree.
+"""Import a public encoder (any tower family from Hugging Face or sentence-transformers folders,
+checkpoints/hf.py; T5 also from T5X and Mesh-TF) into our DualEncoder parameter tree.
 
 SDE: the encoder is the source encoder. ADE / ADE-SPL: both towers start as copies of it. The
 projection comes from the source when it has one (t5x_retrieval's `projection_layer/kernel`),
@@ -13,12 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from samtone_jax.checkpoints import hf, hf_bert, mtf, t5x
-from samtone_jax.checkpoints.source import CheckpointMismatchError, report_unused, tower_from_source
+from samtone_jax.checkpoints import hf, mtf, t5x
+from samtone_jax.checkpoints.sentence_transformers_folder import transformer_folder
+from samtone_jax.checkpoints.source import report_unused, tower_from_source
 from samtone_jax.core import paths, run_folders
 from samtone_jax.core.atomic_file import require_complete
-from samtone_jax.core.errors import BadValueError
-from samtone_jax.models import BertConfig, DualEncoder, init_params
+from samtone_jax.core.errors import BadValueError, CheckpointMismatchError
+from samtone_jax.models import DualEncoder, families, init_params
 from samtone_jax.models.dual_encoder import Projection
 from samtone_jax.models.layout import SIDES, layout
 
@@ -26,7 +27,7 @@ FORMATS = {
     "hf": hf.open_source,
     "t5x": t5x.open_source,
     "mtf": mtf.open_source,
-    "sentence-transformers": lambda src, config: hf_bert.open_source(hf_bert.transformer_folder(src)[0], config),
+    "sentence-transformers": lambda src, config: hf.open_source(transformer_folder(src)[0], config),
 }
 
 
@@ -66,8 +67,7 @@ def import_export(src: str, model: DualEncoder) -> tuple[dict, dict]:
     towers, kernels, used_total = {}, {}, 0
     for side in SIDES:
         folder = str(paths.as_path(paths.as_path(src) / info["towers"][side]))  # normalised
-        open_source = hf_bert.open_source if isinstance(model.config, BertConfig) else hf.open_source
-        source = open_source(folder, model.config)
+        source = hf.open_source(folder, model.config)
         towers[side], used = tower_from_source(source, abstract[tree.towers[side]])
         report_unused(source, used)
         used_total += len(used) + 1
@@ -99,12 +99,13 @@ def import_params(fmt: str, src: str, model: DualEncoder, seed: int = 0) -> tupl
     if fmt == "hf" and (paths.as_path(src) / run_folders.EXPORT_JSON).exists():
         require_complete(src, "export")
         return import_export(src, model)
-    if fmt == "hf" and isinstance(model.config, BertConfig):
-        source = hf_bert.open_source(src, model.config)
-    elif fmt == "sentence-transformers" and not isinstance(model.config, BertConfig):
-        raise BadValueError("--format=sentence-transformers imports BERT-family towers; the gin config builds T5")
-    else:
-        source = FORMATS[fmt](src, model.config)
+    family = families.of(model.config)
+    if fmt not in family.import_formats:
+        raise BadValueError(
+            f"--format={fmt} does not hold {family.display} towers (the gin config builds one); "
+            f"a {family.display} tower imports from --format={' | '.join(family.import_formats)}"
+        )
+    source = FORMATS[fmt](src, model.config)
     abstract = abstract_params(model)
     tree = layout(model.architecture)
     tower, used = tower_from_source(source, abstract[tree.towers["query"]])

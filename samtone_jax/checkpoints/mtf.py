@@ -18,6 +18,7 @@ import tempfile
 from samtone_jax.checkpoints.source import Source
 from samtone_jax.core import paths
 from samtone_jax.core.errors import MissingFileError
+from samtone_jax.models import families
 
 _SLOT = re.compile(r"_slot_v[rc]?$")
 
@@ -83,6 +84,9 @@ def open_source(path: str, config=None) -> Source:
     shapes = reader.get_variable_to_shape_map()
     return Source(
         description=f"Mesh-TF checkpoint {path}",
+        config_name=families.T5.gin_name,
+        shape_hints=families.T5.shape_hints,
+        mlp_hint=families.T5.mlp_hint,
         names=sorted(shapes),
         read=reader.get_tensor,
         shape=lambda n: tuple(shapes[n]),

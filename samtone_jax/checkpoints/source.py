@@ -1,5 +1,5 @@
-"""Mapping an encoder (T5, or BERT: checkpoints/hf_bert.py) from a foreign checkpoint's variable
-names onto our parameter tree.
+"""Mapping an encoder of any tower family from a foreign checkpoint's variable names onto our
+parameter tree.
 
 Each format (Hugging Face, T5X, Mesh-TF) is a `Source`: the names it holds, a lazy reader, and
 `locate(path)`, which gives the candidate source names for one of our tower parameters and
@@ -22,15 +22,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from samtone_jax.core.errors import BadValueError
+from samtone_jax.core.errors import CheckpointMismatchError
 
 log = logging.getLogger(__name__)
 
 Path = tuple[str, ...]
-
-
-class CheckpointMismatchError(BadValueError):
-    """A source checkpoint does not fit the configured model."""
 
 
 @dataclasses.dataclass
@@ -47,24 +43,11 @@ class Source:
     is_encoder_variable: Callable[[str], bool]
     projection_name: str | None = None
     config_name: str = "T5Config"  # the gin configurable of the tower's shape (named in errors)
+    shape_hints: dict[str, str] = dataclasses.field(default_factory=dict)  # tower leaf -> gin settings to change
+    mlp_hint: str = ""  # the gin setting of the MLP's form, named when encoder variables are left over
 
     def __post_init__(self):
         self.name_set = frozenset(self.names)
-
-
-_GIN_HINT = {
-    "token_embedder": "T5Config.vocab_size / T5Config.emb_dim",
-    "rel_embedding": "T5Config.num_heads / T5Config.relative_attention_num_buckets",
-    "query": "T5Config.emb_dim / T5Config.num_heads / T5Config.head_dim",
-    "key": "T5Config.emb_dim / T5Config.num_heads / T5Config.head_dim",
-    "value": "T5Config.emb_dim / T5Config.num_heads / T5Config.head_dim",
-    "out": "T5Config.emb_dim / T5Config.num_heads / T5Config.head_dim",
-    "wi": "T5Config.emb_dim / T5Config.mlp_dim",
-    "wi_0": "T5Config.emb_dim / T5Config.mlp_dim",
-    "wi_1": "T5Config.emb_dim / T5Config.mlp_dim",
-    "wo": "T5Config.emb_dim / T5Config.mlp_dim",
-    "scale": "T5Config.emb_dim",
-}
 
 
 def _stored_shape(path: Path, shape: tuple[int, ...], transposed: bool) -> tuple[int, ...]:
@@ -101,7 +84,7 @@ def _fetch(source: Source, path: Path, target_shape: tuple[int, ...], dtype) -> 
     expected = _stored_shape(path, target_shape, transposed)
     got = tuple(source.shape(name))
     if got != expected:
-        hint = _GIN_HINT.get(path[-1], "T5Config") if source.config_name == "T5Config" else source.config_name
+        hint = source.shape_hints.get(path[-1], source.config_name)
         raise CheckpointMismatchError(
             f"{source.description}: variable {name!r} has shape {got}, but the model's "
             f"{'/'.join(path)} {tuple(target_shape)} needs {expected} as stored there; "
@@ -153,8 +136,8 @@ def report_unused(source: Source, used: set[str]) -> None:
         raise CheckpointMismatchError(
             f"{source.description}: {len(encoder_unused)} encoder variable(s) would be dropped, e.g. "
             f"{encoder_unused[:5]}; the checkpoint has more encoder layers than {source.config_name}.num_layers "
-            f"(or a different MLP: check {source.config_name}.num_layers"
-            f"{' and T5Config.mlp_activations' if source.config_name == 'T5Config' else ''})"
+            f"(or a different MLP: check {source.config_name}.num_layers and its MLP settings"
+            f"{', ' + source.mlp_hint if source.mlp_hint else ''})"
         )
     if unused:
         log.info("%s: %d variables not used by the encoder: %s", source.description, len(unused), unused)

@@ -15,6 +15,7 @@ from flax import serialization
 from samtone_jax.checkpoints.source import Source
 from samtone_jax.core import paths
 from samtone_jax.core.errors import MissingFileError
+from samtone_jax.models import families
 
 
 def _is_tensorstore_spec(node) -> bool:
@@ -86,6 +87,9 @@ def open_source(path: str, config=None) -> Source:
 
     return Source(
         description=f"T5X checkpoint {path}",
+        config_name=families.T5.gin_name,
+        shape_hints=families.T5.shape_hints,
+        mlp_hint=families.T5.mlp_hint,
         names=list(flat),
         read=read,
         shape=shape,

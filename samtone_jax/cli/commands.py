@@ -12,7 +12,7 @@ def cmd_import_checkpoint(args, bindings) -> int:
     import gin
     import jax
 
-    from samtone_jax.checkpoints import hf_bert, import_params, save_params
+    from samtone_jax.checkpoints import hf, import_params, save_params
     from samtone_jax.cli import gin_registry
     from samtone_jax.config import gin_config
     from samtone_jax.core import paths, run_folders
@@ -28,37 +28,36 @@ def cmd_import_checkpoint(args, bindings) -> int:
     gin_files, gin_text = args.gin_file, None
     extra_bindings, extra = [], {}
     exported = (src / run_folders.EXPORT_JSON).exists() and (src / run_folders.MODEL_GIN).exists()
-    bert = None if exported else hf_bert.bert_folder(args.format, str(src))
+    configured = None if exported else hf.configured_folder(args.format, str(src))
     if not gin_files and exported:  # a `samtone export` folder describes its model
         import json
 
         gin_text = (src / run_folders.MODEL_GIN).read_text()
         info = json.loads((src / run_folders.EXPORT_JSON).read_text())  # keep its lengths for samtone_jax.load
         extra_bindings = [f"train.query_length = {info['query_length']}", f"train.doc_length = {info['doc_length']}"]
-    elif bert is not None:  # the tower's shape from its config.json: no models/*.gin
-        folder, max_seq_length = bert
-        extra_bindings = hf_bert.model_bindings(folder, max_seq_length)
-        extra = {run_folders.TOKENIZER: (paths.as_path(folder) / run_folders.TOKENIZER).read_bytes()}
+    elif configured is not None:  # the tower's shape from its config.json: no models/*.gin
+        folder, max_seq_length, family = configured
+        extra_bindings = hf.model_bindings(folder, max_seq_length)
+        extra = {family.run_vocabulary: (paths.as_path(folder) / family.export_vocabulary).read_bytes()}
     if gin_text is not None:
         gin_registry.parse([], [gin_text, *extra_bindings, *args.gin_bindings, *bindings])
     else:
         gin_registry.parse(gin_files, extra_bindings + args.gin_bindings + bindings)
     model = gin_config.model()
     params, info = import_params(args.format, str(src), model, seed=args.seed)
-    from samtone_jax.models import BertConfig
+    from samtone_jax.models import families
 
-    # An export's vocabulary: a T5 tower's SentencePiece model, a BERT tower's tokenizer.json.
-    name, kept_as = (
-        (run_folders.TOKENIZER,) * 2
-        if isinstance(model.config, BertConfig)
-        else (run_folders.EXPORT_VOCABULARY, run_folders.VOCABULARY)
-    )
+    # An export's vocabulary (a T5 tower's spiece.model, a BERT tower's tokenizer.json), kept under the run's name.
+    family = families.of(model.config)
+    name, kept_as = family.export_vocabulary, family.run_vocabulary
     if kept_as not in extra and (src / name).exists():
         extra[kept_as] = (src / name).read_bytes()
     if (src / name).exists():  # a vocabulary the tower cannot embed is refused before anything is written
         from samtone_jax.data import vocab as vocab_lib
 
-        vocab_lib.check_fits(paths.as_str(src / name), model.config, f"the source's {name}")
+        vocab_lib.check_fits(
+            paths.as_str(src / name), families.of(model.config), model.config.vocab_size, f"the source's {name}"
+        )
     out = save_params(args.out, params, gin.config_str(), info, overwrite=args.overwrite, extra_files=extra)
     n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     print(

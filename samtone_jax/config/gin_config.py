@@ -16,19 +16,18 @@ from pathlib import Path
 import gin
 
 from samtone_jax.core.errors import BadValueError
-from samtone_jax.models import BertConfig as _BertConfig
 from samtone_jax.models import DualEncoder as _DualEncoder
-from samtone_jax.models import T5Config as _T5Config
+from samtone_jax.models import families
 from samtone_jax.objectives import distillation as _distillation
 from samtone_jax.objectives import losses as _losses
 
 GIN_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "gin_configs"  # inside the package: a wheel ships them
 
-# The gin-wrapped classes: calling them picks up the bound parameters.
-T5Config = gin.external_configurable(_T5Config, "T5Config")
-BertConfig = gin.external_configurable(_BertConfig, "BertConfig")
-# The tower configs a gin file may bind (one of them): name -> (its class, its gin-wrapped class).
-TOWER_CONFIGS = {"T5Config": (_T5Config, T5Config), "BertConfig": (_BertConfig, BertConfig)}
+# The tower configs a gin file may bind (one of them, each family's config class by its name):
+# name -> (its class, its gin-wrapped class, which picks up the bound parameters when called).
+TOWER_CONFIGS = {
+    f.gin_name: (f.config_class, gin.external_configurable(f.config_class, f.gin_name)) for f in families.FAMILIES
+}
 MODEL_FIELDS = (
     "architecture",
     "projection_dim",
@@ -264,7 +263,8 @@ def model_from_gin_text(text: str) -> _DualEncoder:
     import dataclasses
 
     bindings = read_bindings(text)
-    name = "BertConfig" if any(k.startswith("BertConfig.") for k in bindings) else "T5Config"
+    bound = [name for name in TOWER_CONFIGS if any(k.startswith(f"{name}.") for k in bindings)]
+    name = bound[0] if bound else families.DEFAULT.gin_name  # no binding: the default family's defaults
     config_class = TOWER_CONFIGS[name][0]
     fields = {f.name for f in dataclasses.fields(config_class)}
     config_kwargs = {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith(f"{name}.")}

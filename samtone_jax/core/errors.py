@@ -18,6 +18,10 @@ class BadValueError(UserError, ValueError):
     """A value (gin binding, flag, record, array shape) that cannot work."""
 
 
+class CheckpointMismatchError(BadValueError):
+    """A source checkpoint does not fit the configured model."""
+
+
 class MissingFileError(UserError, FileNotFoundError):
     """An input that is not there (or not complete)."""
 

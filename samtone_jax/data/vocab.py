@@ -43,40 +43,41 @@ def vocabulary(path: str | None = None, extra_ids: int | None = None):
     return _vocabulary_class()(path, extra_ids=extra_ids)
 
 
-def check_fits(path: str | None, config, what: str) -> None:
-    """Refuse a vocabulary that is not the tower's kind (a BERT tower reads a tokenizer.json, a T5
-    tower a SentencePiece model) or that has more ids than the tower's embedding (out-of-range ids
-    embed as NaN); a tokenizer.json is read and its special tokens checked. `what` names the setting
-    (e.g. 'train.vocabulary')."""
-    bert = type(config).__name__ == "BertConfig"
+def check_fits(path: str | None, family, vocab_size: int, what: str) -> None:
+    """Refuse a vocabulary that is not the tower family's kind (`family.tokenizer`: a BERT tower reads
+    a tokenizer.json, a T5 tower a SentencePiece model) or that has more ids than the tower's
+    embedding (`vocab_size`; out-of-range ids embed as NaN); a tokenizer.json is read and its special
+    tokens checked. `what` names the setting (e.g. 'train.vocabulary')."""
+    bert = family.tokenizer == "wordpiece"
+    setting = f"{family.gin_name}.vocab_size"
     if bert != is_wordpiece(path):
         raise BadValueError(
-            f"{what}={path!r}: a {'BERT-family' if bert else 'T5'} tower reads "
+            f"{what}={path!r}: a {family.display} tower reads "
             f"{'its tokenizer.json (the import keeps one: PARAMS/tokenizer.json)' if bert else 'a SentencePiece model'}"
         )
     if bert:
         wordpiece = tokens(path)
         wordpiece.start_end_ids  # noqa: B018  (a tokenizer without [CLS] … [SEP] around a text is refused)
-        if wordpiece.vocab_size > config.vocab_size:
+        if wordpiece.vocab_size > vocab_size:
             raise BadValueError(
-                f"{what}={path!r} has {wordpiece.vocab_size} ids but the tower embeds {config.vocab_size} "
-                "(BertConfig.vocab_size): use the model's own tokenizer.json"
+                f"{what}={path!r} has {wordpiece.vocab_size} ids but the tower embeds {vocab_size} "
+                f"({setting}): use the model's own tokenizer.json"
             )
     elif not path:  # T5's public vocabulary: text maps to its 32,000 pieces (the extra ids are sentinels)
-        if config.vocab_size < PUBLIC_T5_PIECES:
+        if vocab_size < PUBLIC_T5_PIECES:
             raise BadValueError(
                 f"{what} is not set, so T5's public vocabulary is used: its {PUBLIC_T5_PIECES:,} pieces do not fit "
-                f"the tower's {config.vocab_size} (T5Config.vocab_size, gin VOCAB_SIZE): set {what} to the "
+                f"the tower's {vocab_size} ({setting}, gin VOCAB_SIZE): set {what} to the "
                 "vocabulary the model was built for, or VOCAB_SIZE to at least 32128 (T5.1.1's)"
             )
     else:
         if paths.as_path(path).is_dir():
             raise BadValueError(f"{what}={path!r} is a folder: point it at the SentencePiece .model file")
         size = tokens(path).vocab_size  # reads it: a corrupt file fails here, naming it
-        if size > config.vocab_size:
+        if size > vocab_size:
             raise BadValueError(
-                f"{what}={path!r} has {size} pieces but the tower embeds {config.vocab_size} "
-                f"(T5Config.vocab_size, gin VOCAB_SIZE): set VOCAB_SIZE to at least {size}, or use the model's own "
+                f"{what}={path!r} has {size} pieces but the tower embeds {vocab_size} "
+                f"({setting}, gin VOCAB_SIZE): set VOCAB_SIZE to at least {size}, or use the model's own "
                 "vocabulary"
             )
 

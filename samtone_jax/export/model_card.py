@@ -7,7 +7,7 @@ import json
 import re
 
 from samtone_jax.core import paths, run_folders
-from samtone_jax.models import BertConfig
+from samtone_jax.models import families
 
 _BINDING = re.compile(r"^([A-Za-z_][\w.]*)\s*=\s*(.+)$")
 
@@ -82,34 +82,22 @@ def model_card(
 ) -> str:
     settings = run_settings(run_dir)
     loss = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("contrastive_loss.")}
-    bert = isinstance(config, BertConfig)
-    if bert:
-        tower = (
-            f"- Tower: BERT encoder, hidden {config.emb_dim}, {config.num_layers} layers, {config.num_heads} heads × "
-            f"{config.head_dim}, intermediate {config.mlp_dim} (GELU), {config.max_length} positions, "
-            f"vocabulary {config.vocab_size} (WordPiece, tokenizer.json)."
-        )
-    else:
-        tower = (
-            f"- Tower: T5.1.1 encoder, d_model {config.emb_dim}, {config.num_layers} layers, {config.num_heads} heads "
-            f"× {config.head_dim}, d_ff {config.mlp_dim} ({'/'.join(config.mlp_activations)}), "
-            f"vocabulary {config.vocab_size}."
-        )
+    family = families.of(config)
     lines = [
         "---",
         "library_name: sentence-transformers" if fmt == "sentence-transformers" else "library_name: transformers",
-        f"tags: [sentence-transformers, feature-extraction, dense-retrieval, {'bert' if bert else 't5'}, samtone]",
+        f"tags: [sentence-transformers, feature-extraction, dense-retrieval, {family.name}, samtone]",
         "---",
-        f"# Dual encoder ({architecture.upper()}, {'BERT' if bert else 'T5.1.1'} towers) trained with samtone_jax",
+        f"# Dual encoder ({architecture.upper()}, {family.display} towers) trained with samtone_jax",
         "",
         "## Model",
         f"- Architecture: `{architecture}` (sde: one shared tower and projection; ade: two towers and projections; "
         "ade_spl: two towers, one shared projection).",
-        tower,
+        family.card_line(config),
         f"- Embedding: mean over non-padding tokens -> bias-free projection to {projection_dim} -> L2 normalisation "
         "(cosine similarity = dot product).",
         f"- Inputs: queries truncated to {query_length} tokens, documents to {doc_length} "
-        f"({'[CLS] and [SEP]' if bert else 'EOS'} kept).",
+        f"({family.special_tokens} kept).",
         *(
             [
                 f"- Matryoshka: trained to serve its first {', '.join(map(str, matryoshka_dims))} dimensions alone "

@@ -25,7 +25,7 @@ from samtone_jax.core import paths, run_folders
 from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.inference.text_embedder import TextEmbedder
-from samtone_jax.models import BertConfig
+from samtone_jax.models import families
 
 WEIGHTS = ("params", "ema")  # a run's parameters, or their moving average (train.ema_decay)
 
@@ -155,12 +155,13 @@ class Encoder:
         )
 
 
-def _vocabulary_path(directory: str, explicit: str | None, settings: dict, bert: bool) -> str | None:
-    """The vocabulary file of a run or parameter checkpoint: a BERT tower's tokenizer.json, a T5
-    tower's SentencePiece model (DIR's copy, else the run's train.vocabulary, else T5's public one)."""
+def _vocabulary_path(directory: str, explicit: str | None, settings: dict, family) -> str | None:
+    """The vocabulary file of a run or parameter checkpoint: DIR's copy under its family's name (a
+    BERT tower's tokenizer.json, a T5 tower's vocab.model), else the run's train.vocabulary, else
+    (None) T5's public one."""
     if explicit:
         return explicit
-    local = paths.as_path(directory) / (run_folders.TOKENIZER if bert else run_folders.VOCABULARY)
+    local = paths.as_path(directory) / family.run_vocabulary
     if local.exists():
         return str(local)
     named = settings.get("train.vocabulary")
@@ -235,8 +236,8 @@ def load_encoder(
     model = gin_config.model_from_gin_text(text)
     params = reader.with_base(params, model, directory)  # a LoRA model's frozen tower, from its base.json
     settings = gin_config.read_bindings(text)
-    vocabulary = _vocabulary_path(directory, vocabulary, settings, isinstance(model.config, BertConfig))
-    vocab_lib.check_fits(vocabulary, model.config, "the vocabulary")
+    vocabulary = _vocabulary_path(directory, vocabulary, settings, families.of(model.config))
+    vocab_lib.check_fits(vocabulary, families.of(model.config), model.config.vocab_size, "the vocabulary")
     query_length = query_length or settings.get("train.query_length", 64)
     doc_length = doc_length or settings.get("train.doc_length", 128)
     from samtone_jax.tasks.prompts import prompt_of
@@ -312,7 +313,12 @@ def load_export(
     params, _ = import_export(directory, model)
     weights = info["source"].get("weights", "params")  # what the export holds
     vocab_path = vocabulary or str(root / info["vocabulary"])
-    vocab_lib.check_fits(vocab_path, model.config, "--vocabulary" if vocabulary else "the export's vocabulary")
+    vocab_lib.check_fits(
+        vocab_path,
+        families.of(model.config),
+        model.config.vocab_size,
+        "--vocabulary" if vocabulary else "the export's vocabulary",
+    )
     vocab = vocab_lib.tokens(vocab_path, info["extra_ids"])
     return Encoder(
         model,

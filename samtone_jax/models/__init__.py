@@ -2,7 +2,8 @@
 
 from samtone_jax.models.bert import BertConfig, BertEncoder
 from samtone_jax.models.dual_encoder import ARCHITECTURES, DualEncoder, init_params, l2_normalize, mean_pool
-from samtone_jax.models.t5 import PAD_ID, T5Config, T5Encoder
+from samtone_jax.models.layers import PAD_ID
+from samtone_jax.models.t5 import T5Config, T5Encoder
 
 __all__ = [
     "ARCHITECTURES",

@@ -5,8 +5,8 @@
   ade_spl  two towers, one shared projection ("ADE with shared projection layer").
 
 Embedding of a text: tower hidden states -> mean over non-padding tokens -> projection
-without bias -> L2 normalisation. The tower is the config's: T5Config -> T5Encoder (models/t5.py),
-BertConfig -> BertEncoder (models/bert.py). A pretrained mean-pooling sentence encoder has no
+without bias -> L2 normalisation. The tower is the config's family's encoder (models/families.py:
+T5Config -> T5Encoder, BertConfig -> BertEncoder). A pretrained mean-pooling sentence encoder has no
 projection: `projection_init='identity'` starts the projection as the identity (projection_dim =
 emb_dim), so the model embeds exactly as the imported one did before training. Where each tower
 and projection lives in the parameter tree is models/layout.py's to say (one entry per
@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 
 from samtone_jax.core.errors import BadValueError
+from samtone_jax.models import families
 from samtone_jax.models import lora as lora_lib
-from samtone_jax.models.bert import BertConfig, BertEncoder
+from samtone_jax.models.layers import PAD_ID, fan_in_init, param
 from samtone_jax.models.layout import ARCHITECTURES, layout
-from samtone_jax.models.t5 import PAD_ID, T5Config, T5Encoder, _fan_in_init, _param
 
 __all__ = [
     "ARCHITECTURES",
@@ -83,10 +83,10 @@ class Projection(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        kernel = _param(
+        kernel = param(
             self,
             "kernel",
-            _identity if self.kernel_init == "identity" else _fan_in_init(),
+            _identity if self.kernel_init == "identity" else fan_in_init(),
             (x.shape[-1], self.features),
             ("embed", "projection"),
             jnp.dtype(self.param_dtype),
@@ -104,7 +104,7 @@ class DualEncoder(nn.Module):
           -> (q [B, P], d [B, P], n [B, K, P] | None)
     """
 
-    config: T5Config | BertConfig
+    config: object  # a tower family's config (T5Config, BertConfig, ...)
     architecture: str = "sde"
     projection_dim: int | None = None  # None: emb_dim
     # None: the loss's temperature is a constant (gin TEMPERATURE). A float τ0: the model owns a
@@ -142,7 +142,7 @@ class DualEncoder(nn.Module):
 
     @property
     def tower_class(self):
-        return BertEncoder if isinstance(self.config, BertConfig) else T5Encoder
+        return families.of(self.config).encoder_class
 
     def setup(self):
         tree = layout(self.architecture)

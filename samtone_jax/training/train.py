@@ -32,7 +32,7 @@ from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.data.input_spec import InputSpec
-from samtone_jax.models import init_params, partitioning
+from samtone_jax.models import families, init_params, partitioning
 from samtone_jax.models import lora as lora_lib
 from samtone_jax.objectives import distillation, matryoshka, quantization_aware
 from samtone_jax.tasks.task_batches import TaskBatches
@@ -420,7 +420,7 @@ def fit(
     # Everything the run reads, checked before MODEL_DIR is written: the vocabulary against the model,
     # every task's data as the run reads it (a mixture's every member; the eval split too),
     # INIT_CHECKPOINT, and the retrieval eval's collection (read and tokenised once, here).
-    vocab_lib.check_fits(inputs.spec.vocabulary, model.config, "train.vocabulary")
+    vocab_lib.check_fits(inputs.spec.vocabulary, families.of(model.config), model.config.vocab_size, "train.vocabulary")
     inputs.check_data(also_splits=(evaluation.split,) if evaluation.split else ())
     start_checks.init_checkpoint_fits(init_checkpoint, model, model_dir)
     start_checks.ema_matches(ema_decay, model_dir)

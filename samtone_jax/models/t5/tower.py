@@ -29,14 +29,9 @@ from samtone_jax.core.errors import BadValueError
 from samtone_jax.models.dense import dense as _dense
 from samtone_jax.models.dense import low_rank, sub
 from samtone_jax.models.layer_stack import apply_layers
+from samtone_jax.models.layers import ACTIVATION_AXES, PAD_ID, attend, fan_in_init, param
 
 Dtype = Any
-
-PAD_ID = 0
-# Logical names of the residual stream's axes. Under partitioning.activation_sharding (the train
-# step) they pin activations to the batch layout, so with FSDP XLA gathers each layer's weights
-# instead of gathering the batch; outside it (or without rules) the constraints are no-ops.
-ACTIVATION_AXES = ("batch", "length", "activation_embed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,18 +91,6 @@ def _gelu_tanh(x):
 _ACTIVATIONS = {"gelu": _gelu_tanh, "relu": nn.relu, "linear": lambda x: x}
 
 
-def _param(module: nn.Module, name: str, init, shape, axes, dtype):
-    """A parameter boxed with its logical axis names (one per dimension)."""
-    if len(axes) != len(shape):
-        raise ValueError(f"parameter {name}: {len(shape)}-D shape {shape} but logical axes {axes}")
-    return module.param(name, nn.with_logical_partitioning(init, axes), shape, dtype)
-
-
-def _fan_in_init(scale: float = 1.0):
-    # T5X's default kernel initialiser: variance scaling on fan-in, truncated normal.
-    return nn.initializers.variance_scaling(scale, "fan_in", "truncated_normal")
-
-
 class RMSNorm(nn.Module):
     """T5 layer norm: x / sqrt(mean(x^2) + eps) * scale, computed in float32."""
 
@@ -118,7 +101,7 @@ class RMSNorm(nn.Module):
     @nn.compact
     def __call__(self, x):
         x = x.astype(jnp.float32)
-        scale = _param(self, "scale", nn.initializers.ones, (x.shape[-1],), ("embed",), self.param_dtype)
+        scale = param(self, "scale", nn.initializers.ones, (x.shape[-1],), ("embed",), self.param_dtype)
         y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.epsilon)
         return (y * scale.astype(jnp.float32)).astype(self.dtype)
 
@@ -152,7 +135,7 @@ class RelativePositionBias(nn.Module):
     @nn.compact
     def __call__(self, query_length: int, key_length: int):
         cfg = self.config
-        table = _param(
+        table = param(
             self,
             "rel_embedding",
             nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"),
@@ -169,16 +152,6 @@ class RelativePositionBias(nn.Module):
         return bias[None]
 
 
-def attend(query, key, value, bias, dropout_rate: float, deterministic: bool, scale: float = 1.0):
-    """Multi-head attention of [B, L, H, K] queries over keys / values: softmax(scale·q·k + bias) in
-    float32 (bias [B | 1, H | 1, Lq, Lk]: masks and position bias), dropout on the weights (called
-    from a module's compact method), -> [B, L, H, K] in the values' dtype."""
-    logits = jnp.einsum("bqhk,bshk->bhqs", query, key).astype(jnp.float32)
-    weights = jax.nn.softmax(logits * scale + bias, axis=-1).astype(value.dtype)  # · 1.0 is exact (T5)
-    weights = nn.Dropout(dropout_rate)(weights, deterministic=deterministic)
-    return jnp.einsum("bhqs,bshk->bqhk", weights, value)
-
-
 class SelfAttention(nn.Module):
     config: T5Config
 
@@ -188,10 +161,10 @@ class SelfAttention(nn.Module):
         dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         d, h, k = cfg.emb_dim, cfg.num_heads, cfg.head_dim
         # The 1/sqrt(head_dim) of scaled dot-product attention lives in the query initialiser.
-        q_kernel = _param(self, "query", _fan_in_init(1.0 / k), (d, h, k), ("embed", "heads", "kv"), pdtype)
-        k_kernel = _param(self, "key", _fan_in_init(), (d, h, k), ("embed", "heads", "kv"), pdtype)
-        v_kernel = _param(self, "value", _fan_in_init(), (d, h, k), ("embed", "heads", "kv"), pdtype)
-        o_kernel = _param(self, "out", _fan_in_init(), (h, k, d), ("heads", "kv", "embed"), pdtype)
+        q_kernel = param(self, "query", fan_in_init(1.0 / k), (d, h, k), ("embed", "heads", "kv"), pdtype)
+        k_kernel = param(self, "key", fan_in_init(), (d, h, k), ("embed", "heads", "kv"), pdtype)
+        v_kernel = param(self, "value", fan_in_init(), (d, h, k), ("embed", "heads", "kv"), pdtype)
+        o_kernel = param(self, "out", fan_in_init(), (h, k, d), ("heads", "kv", "embed"), pdtype)
         x = x.astype(dtype)
         query = _dense(x, q_kernel.astype(dtype)) + low_rank(x, adapter, "query", dtype)
         key = _dense(x, k_kernel.astype(dtype)) + low_rank(x, adapter, "key", dtype)
@@ -213,12 +186,12 @@ class MlpBlock(nn.Module):
         hidden = None
         for i, act in enumerate(acts):
             name = "wi" if len(acts) == 1 else f"wi_{i}"
-            kernel = _param(self, name, _fan_in_init(), (cfg.emb_dim, cfg.mlp_dim), ("embed", "mlp"), pdtype)
+            kernel = param(self, name, fan_in_init(), (cfg.emb_dim, cfg.mlp_dim), ("embed", "mlp"), pdtype)
             h = _ACTIVATIONS[act](_dense(x.astype(dtype), kernel.astype(dtype)) + low_rank(x, adapter, name, dtype))
             hidden = h if hidden is None else hidden * h
         hidden = nn.with_logical_constraint(hidden, ("batch", "length", "mlp"))
         hidden = nn.Dropout(cfg.dropout_rate, broadcast_dims=(-2,))(hidden, deterministic=deterministic)
-        wo = _param(self, "wo", _fan_in_init(), (cfg.mlp_dim, cfg.emb_dim), ("mlp", "embed"), pdtype)
+        wo = param(self, "wo", fan_in_init(), (cfg.mlp_dim, cfg.emb_dim), ("mlp", "embed"), pdtype)
         return _dense(hidden, wo.astype(dtype)) + low_rank(hidden, adapter, "wo", dtype)
 
 
@@ -268,7 +241,7 @@ class T5Encoder(nn.Module):
         if tokens.ndim != 2:
             raise BadValueError(f"T5Encoder expects token ids [batch, length], got shape {tokens.shape}")
         dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
-        embedding = _param(
+        embedding = param(
             self,
             "token_embedder",
             nn.initializers.normal(stddev=1.0),

@@ -32,7 +32,7 @@ from samtone_jax.core.errors import BadValueError
 from samtone_jax.models.dense import dense as _dense
 from samtone_jax.models.dense import low_rank, sub
 from samtone_jax.models.layer_stack import apply_layers
-from samtone_jax.models.t5 import ACTIVATION_AXES, PAD_ID, _param, attend
+from samtone_jax.models.layers import ACTIVATION_AXES, PAD_ID, attend, param
 
 # BERT's initialiser (Hugging Face's `initializer_range`).
 _INIT = nn.initializers.truncated_normal(0.02)
@@ -93,8 +93,8 @@ class LayerNorm(nn.Module):
     def __call__(self, x):
         x = x.astype(jnp.float32)
         features = (x.shape[-1],)
-        scale = _param(self, "scale", nn.initializers.ones, features, ("embed",), jnp.dtype(self.param_dtype))
-        bias = _param(self, "bias", nn.initializers.zeros, features, ("embed",), jnp.dtype(self.param_dtype))
+        scale = param(self, "scale", nn.initializers.ones, features, ("embed",), jnp.dtype(self.param_dtype))
+        bias = param(self, "bias", nn.initializers.zeros, features, ("embed",), jnp.dtype(self.param_dtype))
         mean = jnp.mean(x, axis=-1, keepdims=True)
         variance = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
         y = (x - mean) * jax.lax.rsqrt(variance + self.epsilon)
@@ -104,8 +104,8 @@ class LayerNorm(nn.Module):
 def _dense_with_bias(module, name, x, shape, axes, dtype, pdtype, in_dims: int = 1, adapter=None):
     """x · kernel + bias (+ the LoRA adapter's low-rank term for `name`); `shape` the kernel's (its
     first `in_dims` dimensions are the input)."""
-    kernel = _param(module, f"{name}_kernel", _INIT, shape, axes, pdtype)
-    bias = _param(module, f"{name}_bias", nn.initializers.zeros, shape[in_dims:], axes[in_dims:], pdtype)
+    kernel = param(module, f"{name}_kernel", _INIT, shape, axes, pdtype)
+    bias = param(module, f"{name}_bias", nn.initializers.zeros, shape[in_dims:], axes[in_dims:], pdtype)
     y = _dense(x.astype(dtype), kernel.astype(dtype), in_dims) + low_rank(x, adapter, name, dtype, in_dims)
     return y + bias.astype(dtype)
 
@@ -182,9 +182,9 @@ class BertEncoder(nn.Module):
                 "(BertConfig.max_length): lower train.query_length / train.doc_length"
             )
         dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
-        words = _param(self, "token_embedder", _INIT, (cfg.vocab_size, cfg.emb_dim), ("vocab", "embed"), pdtype)
-        places = _param(self, "position_embedder", _INIT, (cfg.max_length, cfg.emb_dim), ("positions", "embed"), pdtype)
-        types = _param(
+        words = param(self, "token_embedder", _INIT, (cfg.vocab_size, cfg.emb_dim), ("vocab", "embed"), pdtype)
+        places = param(self, "position_embedder", _INIT, (cfg.max_length, cfg.emb_dim), ("positions", "embed"), pdtype)
+        types = param(
             self, "token_type_embedder", _INIT, (cfg.type_vocab_size, cfg.emb_dim), ("token_types", "embed"), pdtype
         )
         if segment_ids is None:
