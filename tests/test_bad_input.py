@@ -611,7 +611,7 @@ def test_issue35_one_line_errors_instead_of_tracebacks(trained_run, wordnet_env,
     from samtone_jax.checkpoints import hf as hf_checkpoint
 
     with pytest.raises(ValueError, match="holds more than tensors .* model.safetensors"):
-        hf_checkpoint._open_tensors(str(hf))
+        hf_checkpoint.open_tensors(str(hf))
 
     def exhausted(*args, **kwargs):
         raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 9.00GiB.")
