@@ -137,7 +137,10 @@ def main():
     folder = minilm_folder()
     imported = tempfile.mkdtemp(prefix="bert_finetune_bench_")
     assert (
-        cli.main(["import-checkpoint", "--format=sentence-transformers", f"--src={folder}", f"--out={imported}/m"]) == 0
+        cli.main(
+            ["import-checkpoint", "--format=sentence-transformers", f"--checkpoint={folder}", f"--out={imported}/m"]
+        )
+        == 0
     )
     imported += "/m"
     batches = real_batches(f"{imported}/{run_folders.TOKENIZER}", args.batch, args.batches)

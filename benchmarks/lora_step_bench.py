@@ -70,7 +70,12 @@ def main() -> None:
     imported = tempfile.mkdtemp(prefix="lora_step_bench_") + "/m"
     assert (
         cli.main(
-            ["import-checkpoint", "--format=sentence-transformers", f"--src={minilm_folder()}", f"--out={imported}"]
+            [
+                "import-checkpoint",
+                "--format=sentence-transformers",
+                f"--checkpoint={minilm_folder()}",
+                f"--out={imported}",
+            ]
         )
         == 0
     )

@@ -118,7 +118,7 @@ def soup(out, args, evaluate, evals) -> dict:
     folder = f"{out}/soup"
     if existing_eval(folder) is None:
         runs = [f"{out}/full_seed{s}" for s in args.seeds]
-        samtone("average", "--checkpoints", *runs, f"--out={folder}", "--overwrite", log=f"{out}/soup.log")
+        samtone("average", "--checkpoint", *runs, f"--out={folder}", "--overwrite", log=f"{out}/soup.log")
         evaluate(folder, "soup")
     found = existing_eval(folder)
     averaged = f"{out}/averaged/minilm_full.json"  # summarize's seed average of full

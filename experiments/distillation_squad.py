@@ -114,7 +114,7 @@ def main():
     if not os.path.exists(bm25_scores):
         samtone(
             "score",
-            "--teacher=bm25",
+            "--checkpoint=bm25",
             f"--task={TASK}",
             "--split=train",
             f"--out={bm25_scores}",
@@ -138,7 +138,7 @@ def main():
     if not os.path.exists(dense_scores):
         samtone(
             "score",
-            f"--teacher={teacher_dir}",
+            f"--checkpoint={teacher_dir}",
             f"--task={TASK}",
             "--split=train",
             f"--out={dense_scores}",

@@ -125,7 +125,7 @@ def import_minilm(out: str) -> str:
         samtone(
             "import-checkpoint",
             "--format=sentence-transformers",
-            f"--src={minilm_folder()}",
+            f"--checkpoint={minilm_folder()}",
             f"--out={init}",
             log=f"{out}/import.log",
         )
@@ -199,7 +199,7 @@ def main():
                     samtone(
                         "import-checkpoint",
                         "--format=sentence-transformers",
-                        f"--src={st_folder}",
+                        f"--checkpoint={st_folder}",
                         f"--out={model_dir}",
                         "--overwrite",
                         log=f"{out}/{name}_import.log",

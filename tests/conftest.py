@@ -244,7 +244,7 @@ def tiny_bert_import(wordnet_data, tmp_path_factory):
             os.environ.pop("WORDNET_DIR")
         else:
             os.environ["WORDNET_DIR"] = previous
-    assert cli.main(["import-checkpoint", "--format=hf", f"--src={hf}", f"--out={root / 'init'}"]) == 0
+    assert cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={hf}", f"--out={root / 'init'}"]) == 0
     return hf / "tokenizer.json", root / "init"
 
 

@@ -218,7 +218,9 @@ def test_the_imported_minilm_embeds_like_sentence_transformers(tmp_path, capsys)
     import samtone_jax
 
     folder, dst = _minilm(), tmp_path / "minilm"
-    assert cli.main(["import-checkpoint", "--format=sentence-transformers", f"--src={folder}", f"--out={dst}"]) == 0
+    assert (
+        cli.main(["import-checkpoint", "--format=sentence-transformers", f"--checkpoint={folder}", f"--out={dst}"]) == 0
+    )
     assert "imported 101 variables (22,712,832 parameters" in capsys.readouterr().out
     texts = _squad_texts(400) + UNICODE_TEXTS
     encoder = samtone_jax.load(str(dst))
@@ -265,7 +267,7 @@ def test_a_bert_tower_trains_packed_from_an_import_then_loads_evaluates_and_expo
 
     hf = tiny_wordpiece_bert(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
     init, run = tmp_path / "init", tmp_path / "run"
-    assert cli.main(["import-checkpoint", "--format=hf", f"--src={hf}", f"--out={init}"]) == 0
+    assert cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={hf}", f"--out={init}"]) == 0
     argv = [
         "train",
         f"--gin_file={init}/model.gin",  # the import's BertConfig.* and DualEncoder.*
@@ -303,7 +305,7 @@ def test_a_bert_tower_trains_packed_from_an_import_then_loads_evaluates_and_expo
     np.testing.assert_allclose(np.sum(after.encode_queries(texts) * theirs, axis=1), 1.0, atol=1e-5)
     assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--out={hf_out}"]) == 0
     assert json.loads((hf_out / "config.json").read_text())["model_type"] == "bert"
-    assert cli.main(["import-checkpoint", "--format=hf", f"--src={hf_out}", f"--out={back}"]) == 0
+    assert cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={hf_out}", f"--out={back}"]) == 0
     assert (back / "tokenizer.json").exists()
     np.testing.assert_allclose(
         samtone_jax.load(str(back)).encode_queries(texts), after.encode_queries(texts), atol=1e-5
@@ -319,7 +321,7 @@ def test_the_demo_fine_tunes_an_import_and_tables_it_before_and_after(wordnet_en
 
     hf = tiny_wordpiece_bert(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
     init = tmp_path / "init"
-    assert cli.main(["import-checkpoint", "--format=hf", f"--src={hf}", f"--out={init}"]) == 0
+    assert cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={hf}", f"--out={init}"]) == 0
     bindings = ["TRAIN_STEPS = 3", "BATCH_SIZE = 8", "train.log_every = 1", "train.checkpoint_every = 3"]
     bindings += ["adafactor.warmup_steps = 1", "create_mesh.num_devices = 1"]
     kwargs = dict(eval_queries=3, candidates=20, model_dir=str(tmp_path / "demo"), init_checkpoint=str(init))
@@ -434,10 +436,16 @@ def test_a_two_tower_bert_export_keeps_its_tokenizer_at_the_root(tiny_bert_folde
     shutil.copytree(folder, hf)
     shutil.copy(os.path.join(_minilm(), "tokenizer.json"), hf / "tokenizer.json")  # 30,522 ids > 99: refused
     init, st = tmp_path / "init", tmp_path / "st"
-    args = ["import-checkpoint", "--format=hf", f"--src={hf}", f"--out={init}", "--gin.DualEncoder.architecture='ade'"]
+    args = [
+        "import-checkpoint",
+        "--format=hf",
+        f"--checkpoint={hf}",
+        f"--out={init}",
+        "--gin.DualEncoder.architecture='ade'",
+    ]
     assert cli.main(args) == 2 and not init.exists()  # refused at import now, before anything is written
     tiny = tiny_wordpiece_bert(tmp_path / "tiny", ["a small dog barked", "the act of running quickly"] * 50)
-    args[2:4] = [f"--src={tiny}", f"--out={tmp_path / 'init2'}"]
+    args[2:4] = [f"--checkpoint={tiny}", f"--out={tmp_path / 'init2'}"]
     assert cli.main(args) == 0
     assert (
         cli.main(["export", f"--checkpoint={tmp_path / 'init2'}", "--format=sentence-transformers", f"--out={st}"]) == 0

@@ -81,7 +81,7 @@ def test_bert_task_batches_over_a_mixture_with_per_task_prompts_then_mining(
 
 def test_t5_distillation_with_guided_negatives_fsdp_and_scanned_layers(wordnet_env, tmp_path, capsys):
     scores = tmp_path / "bm25.jsonl"
-    argv = ["score", "--teacher=bm25", "--task=wordnet_definitions", "--split=all", f"--out={scores}", "--depth=8"]
+    argv = ["score", "--checkpoint=bm25", "--task=wordnet_definitions", "--split=all", f"--out={scores}", "--depth=8"]
     assert cli.main(argv) == 0
     extra = [
         f"--gin.hard_negatives_file.path='{scores}'",

@@ -217,7 +217,7 @@ def test_calibration_ships_with_the_model_through_load_eval_encode_and_export(
     with pytest.raises(MissingFileError, match="samtone calibrate --checkpoint="):
         samtone_jax.load(str(run)).encode_documents(texts, precision="int8")
     early = tmp_path / "early"  # refused before any shard or manifest is written
-    assert cli.main(["encode", f"--checkpoint={run}", *task, f"--out={early}", "--precision=int8"]) == 2
+    assert cli.main(["encode", f"--checkpoint={run}", *task, f"--out={early}", "--precisions=int8"]) == 2
     assert "samtone calibrate" in capsys.readouterr().err and not early.exists()
     assert cli.main(["calibrate", f"--checkpoint={run}", *task, "--documents=30", "--dims", "8,32"]) == 0
     record = json.loads((run / "calibration.json").read_text())
@@ -249,7 +249,7 @@ def test_calibration_ships_with_the_model_through_load_eval_encode_and_export(
     out = tmp_path / "codes"
     assert (
         cli.main(
-            ["encode", f"--checkpoint={run}", *task, "--side=document", f"--out={out}", "--precision=int8", "--dim=8"]
+            ["encode", f"--checkpoint={run}", *task, "--side=document", f"--out={out}", "--precisions=int8", "--dims=8"]
         )
         == 0
     )

@@ -163,7 +163,7 @@ def test_build_vocab_is_deterministic_and_data_stats_reports_duplicates(fixture_
 
 
 def test_build_vocab_over_several_tasks_or_a_mixture(fixture_tasks, tmp_path, capsys):
-    from samtone_jax.cli import commands
+    from samtone_jax.cli import build_vocab
 
     both, alone = tmp_path / "both.model", tmp_path / "alone.model"
     argv = ["build-vocab", "--task=wordnet_definitions, msmarco_passage", "--vocab_size=60", f"--out={both}"]
@@ -177,18 +177,18 @@ def test_build_vocab_over_several_tasks_or_a_mixture(fixture_tasks, tmp_path, ca
     assert both.read_bytes() == alone.read_bytes()
     assert cli.main(["build-vocab", "--task=wordnet_definitions", "--vocab_size=60", f"--out={alone}"]) == 0
     assert both.read_bytes() != alone.read_bytes()
-    assert commands.vocab_tasks("offline_mixture") == ["wordnet_definitions", "multireqa_squad_dev"]
-    assert commands.vocab_tasks("msmarco_passage,offline_mixture") == [
+    assert build_vocab.vocab_tasks("offline_mixture") == ["wordnet_definitions", "multireqa_squad_dev"]
+    assert build_vocab.vocab_tasks("msmarco_passage,offline_mixture") == [
         "msmarco_passage",
         "wordnet_definitions",
         "multireqa_squad_dev",
     ]
     with pytest.raises(ValueError, match="unknown task or mixture 'nope'.*mixtures: multireqa_train_mixture"):
-        commands.vocab_tasks("wordnet_definitions, nope")
+        build_vocab.vocab_tasks("wordnet_definitions, nope")
     with pytest.raises(ValueError, match="names wordnet_definitions more than once"):
-        commands.vocab_tasks("offline_mixture,wordnet_definitions")
+        build_vocab.vocab_tasks("offline_mixture,wordnet_definitions")
     with pytest.raises(ValueError, match="names no task"):
-        commands.vocab_tasks(" , ")
+        build_vocab.vocab_tasks(" , ")
     assert cli.main(["build-vocab", "--task=wordnet_definitions,nope", "--vocab_size=60", f"--out={alone}"]) == 2
 
 

@@ -111,3 +111,31 @@ def test_the_readme_is_short_and_user_docs_cite_no_issue_numbers():
 def test_the_readme_links_only_docs_that_exist():
     named = set(re.findall(r"docs/[A-Z]+\.md", (REPO / "README.md").read_text()))
     assert named and all((REPO / name).exists() for name in named), sorted(n for n in named if not (REPO / n).exists())
+
+
+def test_every_plain_flag_of_a_table_sets_a_real_gin_parameter():
+    """The plain-flag tables (cli/flags.py: GinFlag) map each flag onto a gin parameter that exists,
+    so a flag can never bind a name gin would refuse or ignore; and every mode that reads a model
+    spells it --checkpoint."""
+    known, wrong, seen = _parameters(), [], 0
+    for mode in cli.MODES:
+        for flag in getattr(mode, "FLAGS", ()):
+            seen += 1
+            name, _, parameter = flag.gin.rpartition(".")
+            if name not in known or (known[name] is not None and parameter not in known[name]):
+                wrong.append(f"{mode.NAME} {flag.flag} -> {flag.gin}: no such gin parameter")
+    assert seen >= 20 and not wrong, "\n".join(wrong)
+    modes = _modes()
+    for mode in (
+        "import-checkpoint",
+        "train",
+        "eval",
+        "calibrate",
+        "average",
+        "encode",
+        "analyze",
+        "export",
+        "mine",
+        "score",
+    ):
+        assert "--checkpoint" in modes[mode], mode

@@ -62,7 +62,7 @@ def test_export_import_load_round_trip(trained_any, tmp_path, fmt):
         pytest.skip("covered by ade_spl's router layout; keeps the suite short")
     dst, imported = tmp_path / "export", tmp_path / "imported"
     assert cli.main(["export", f"--checkpoint={run}", f"--format={fmt}", f"--out={dst}"]) == 0
-    assert cli.main(["import-checkpoint", "--format=hf", f"--src={dst}", f"--out={imported}"]) == 0
+    assert cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={dst}", f"--out={imported}"]) == 0
     texts = sentences(20, seed=1)
     ours = samtone_jax.load(str(run))
     for path in (dst, imported):

@@ -47,7 +47,7 @@ def test_import_of_a_t5x_checkpoint_given_by_a_relative_path_with_dotdot(tmp_pat
     argv = [
         "import-checkpoint",
         "--format=t5x",
-        f"--src={relative}",
+        f"--checkpoint={relative}",
         "--out=../imported",
         "--gin_file=models/t5_1_1_tiny.gin",
         "--gin_file=architectures/sde.gin",

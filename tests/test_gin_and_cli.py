@@ -73,7 +73,7 @@ RETRIEVAL_GIN = [
 def test_import_checkpoint_command_writes_a_loadable_checkpoint(tmp_path, capsys):
     src = require_shared("checkpoints/t5x_retrieval_de_t5_tiny_checkpoint_1000")
     dst = tmp_path / "imported"
-    argv = ["import-checkpoint", "--format=t5x", f"--src={src}", f"--out={dst}", *RETRIEVAL_GIN]
+    argv = ["import-checkpoint", "--format=t5x", f"--checkpoint={src}", f"--out={dst}", *RETRIEVAL_GIN]
     assert cli.main(argv) == 0
     assert "imported 20 variables" in capsys.readouterr().out
     params = load_params(str(dst))
@@ -93,7 +93,7 @@ def test_import_checkpoint_command_writes_a_loadable_checkpoint(tmp_path, capsys
 def test_failed_import_leaves_nothing_behind(tmp_path, capsys):
     src = require_shared("checkpoints/t5x_retrieval_de_t5_tiny_checkpoint_1000")
     dst = tmp_path / "imported"
-    argv = ["import-checkpoint", "--format=t5x", f"--src={src}", f"--out={dst}", *RETRIEVAL_GIN[:-1]]
+    argv = ["import-checkpoint", "--format=t5x", f"--checkpoint={src}", f"--out={dst}", *RETRIEVAL_GIN[:-1]]
     assert cli.main(argv) == 2  # projection 768 in the source, 4 in the gin config
     assert "DualEncoder.projection_dim = 768" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []

@@ -192,7 +192,7 @@ def test_local_launcher_usage(argv):
 def test_average_joins_the_pod_on_every_worker_and_runs_alone_on_one():
     """A uniform soup runs on every worker with --multihost (each host its shards); a greedy one, on
     worker 0 alone, must not join a runtime whose other hosts never come."""
-    every = dry_run("run.sh", "average", "--", "--checkpoints", "gs://b/a", "gs://b/b", "--out=gs://b/soup")[0]
-    one = dry_run("run.sh", "--worker=0", "average", "--", "--checkpoints", "gs://b/a", "--task=t", "--out=gs://b/g")[0]
+    every = dry_run("run.sh", "average", "--", "--checkpoint", "gs://b/a", "gs://b/b", "--out=gs://b/soup")[0]
+    one = dry_run("run.sh", "--worker=0", "average", "--", "--checkpoint", "gs://b/a", "--task=t", "--out=gs://b/g")[0]
     assert "--worker=all" in argv_of(every) and "average\\ --multihost" in every
     assert "--worker=0" in argv_of(one) and "multihost" not in one

@@ -256,7 +256,7 @@ def test_a_lora_run_saves_no_base_resumes_exactly_loads_exports_merged_and_reloa
     # like the run.
     adapter, soup = tmp_path / "adapter", tmp_path / "soup"
     assert cli.main(["export", f"--checkpoint={straight}", "--format=adapter", f"--out={adapter}"]) == 0
-    assert cli.main(["average", "--checkpoints", str(straight), str(resumed), f"--out={soup}"]) == 0
+    assert cli.main(["average", "--checkpoint", str(straight), str(resumed), f"--out={soup}"]) == 0
     for folder in (adapter, soup):
         assert (folder / "base.json").read_text() == (straight / "base.json").read_text()
         assert set(restore_on_one_device(folder / "params")) == set(saved["params"])

@@ -145,18 +145,18 @@ def test_an_out_that_is_inside_or_contains_an_input_is_refused_in_every_mode(
     before = sorted(p.relative_to(run) for p in run.rglob("*"))
     capsys.readouterr()
     cases = [
-        (["average", "--checkpoints", str(run), str(trained_run), f"--out={run}", "--overwrite"], "is --checkpoint"),
+        (["average", "--checkpoint", str(run), str(trained_run), f"--out={run}", "--overwrite"], "is --checkpoint"),
         (["export", f"--checkpoint={run}", f"--out={run}", "--format=hf", "--overwrite"], "is --checkpoint"),
         (["export", f"--checkpoint={run}", f"--out={run}/checkpoints", "--format=hf", "--overwrite"], "is inside"),
         (["export", f"--checkpoint={run}/checkpoints/2", f"--out={run}", "--format=hf", "--overwrite"], "contains"),
         (["export", f"--checkpoint={run}", f"--out={run}/x", "--format=adapter", "--overwrite"], "is inside"),
-        (["import-checkpoint", "--format=hf", f"--src={run}", f"--out={run}", "--overwrite"], "is --src"),
+        (["import-checkpoint", "--format=hf", f"--checkpoint={run}", f"--out={run}", "--overwrite"], "is --checkpoint"),
         (["analyze", f"--checkpoint={run}", "--task=wordnet_definitions", f"--out={run}"], "is --checkpoint"),
         (
             ["mine", "--bm25", "--task=wordnet_definitions", f"--out={wordnet_env[0]}/data.noun", "--overwrite"],
             "is --task=wordnet_definitions's data",
         ),
-        (["score", f"--teacher={run}", "--task=wordnet_definitions", f"--out={run}"], "is --teacher"),
+        (["score", f"--checkpoint={run}", "--task=wordnet_definitions", f"--out={run}"], "is --checkpoint"),
         (["encode", f"--checkpoint={run}/checkpoints/2", "--task=wordnet_definitions", f"--out={run}"], "contains"),
     ]
     for argv, said in cases:
@@ -316,14 +316,14 @@ def test_a_soup_of_runs_with_other_vocabularies_prompts_or_tower_families_is_ref
     assert (tmp_path / "other.model").read_bytes() != (trained_run / "vocab.model").read_bytes()
     shutil.copy(tmp_path / "other.model", other / "vocab.model")
     capsys.readouterr()
-    code = cli.main(["average", "--checkpoints", str(trained_run), str(other), f"--out={tmp_path / 'soup'}"])
+    code = cli.main(["average", "--checkpoint", str(trained_run), str(other), f"--out={tmp_path / 'soup'}"])
     _one_line(capsys, code, "differ in", "vocabulary: vocab.model sha256")
     shutil.copy(trained_run / "vocab.model", other / "vocab.model")
     with open(other / "config.gin", "a") as f:
         f.write("\nprompts.query = 'query: '\n")
-    code = cli.main(["average", "--checkpoints", str(trained_run), str(other), f"--out={tmp_path / 'soup'}"])
+    code = cli.main(["average", "--checkpoint", str(trained_run), str(other), f"--out={tmp_path / 'soup'}"])
     _one_line(capsys, code, "prompts: ", "'query: '")
-    code = cli.main(["average", "--checkpoints", str(trained_run), str(tiny_bert_import[1]), f"--out={tmp_path / 's'}"])
+    code = cli.main(["average", "--checkpoint", str(trained_run), str(tiny_bert_import[1]), f"--out={tmp_path / 's'}"])
     _one_line(capsys, code, "tower family: T5Config in", "BertConfig in")
     assert not (tmp_path / "soup").exists() and not (tmp_path / "s").exists()
 
@@ -344,7 +344,7 @@ def test_a_lora_runs_replaced_or_deleted_base_is_refused_naming_both(wordnet_env
     samtone_jax.load(str(run)).encode_queries(["a dog"])  # loads as trained
     # Another model written at the base's path (an import again: new parameters' checkpoint).
     hf = tiny_bert_import[1].parent / "hf"
-    assert cli.main(["import-checkpoint", "--format=hf", f"--src={hf}", f"--out={base}", "--overwrite"]) == 0
+    assert cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={hf}", f"--out={base}", "--overwrite"]) == 0
     capsys.readouterr()
     with pytest.raises(BadValueError, match=r"the frozen tower of .* was replaced: .*base.json names .* fingerprint"):
         samtone_jax.load(str(run))
@@ -476,7 +476,7 @@ def test_a_step_without_its_commit_marker_is_not_averaged_loaded_or_resumed(trai
     shutil.copytree(trained_run, copy)
     (copy / "checkpoints" / "2" / "commit_success.txt").unlink()  # a copy taken while step 2 was saved
     capsys.readouterr()
-    code = cli.main(["average", "--checkpoints", f"{copy}/checkpoints/2", str(trained_run), f"--out={tmp_path / 's'}"])
+    code = cli.main(["average", "--checkpoint", f"{copy}/checkpoints/2", str(trained_run), f"--out={tmp_path / 's'}"])
     _one_line(capsys, code, "is an incomplete checkpoint: it has no commit_success.txt")
     with pytest.raises(MissingFileError, match="no checkpoint in"):
         samtone_jax.load(str(copy))
@@ -495,7 +495,7 @@ def test_a_truncated_safetensors_import_is_one_line(wordnet_env, tmp_path, capsy
     weights = hf / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     capsys.readouterr()
-    code = cli.main(["import-checkpoint", "--format=hf", f"--src={hf}", f"--out={tmp_path / 'out'}"])
+    code = cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={hf}", f"--out={tmp_path / 'out'}"])
     _one_line(capsys, code, f"{weights} is damaged or truncated")
 
 
@@ -531,7 +531,7 @@ def test_a_teacher_folder_with_a_code_pickle_is_refused_in_one_line_without_advi
     (teacher / "config.json").write_text('{"model_type": "bert"}')
     torch.save({"w": Code()}, teacher / "pytorch_model.bin", pickle_module=pickle)
     capsys.readouterr()
-    code = cli.main(["score", f"--teacher={teacher}", "--task=wordnet_definitions", f"--out={tmp_path / 's.jsonl'}"])
+    code = cli.main(["score", f"--checkpoint={teacher}", "--task=wordnet_definitions", f"--out={tmp_path / 's.jsonl'}"])
     err = _one_line(capsys, code, "holds more than tensors (a pickle that would run code), so it is not loaded")
     assert "weights_only=False" not in err and "this would run" not in capsys.readouterr().out
 
@@ -544,7 +544,7 @@ def test_an_hf_import_of_an_unsupported_model_type_names_it(tmp_path, capsys):
     folder.mkdir()
     (folder / "config.json").write_text('{"model_type": "roberta"}')
     capsys.readouterr()
-    code = cli.main(["import-checkpoint", "--format=hf", f"--src={folder}", f"--out={tmp_path / 'o'}"])
+    code = cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={folder}", f"--out={tmp_path / 'o'}"])
     _one_line(capsys, code, "model_type 'roberta', which no tower family here loads; supported: t5", "bert (")
     from samtone_jax.checkpoints import hf
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from samtone_jax.cli import commands, gin_registry
+from samtone_jax.cli import evaluate, flags, gin_registry
 from samtone_jax.cli import main as cli
 from samtone_jax.core.errors import BadValueError
 from samtone_jax.data import jsonl_pairs, msmarco
@@ -187,16 +187,16 @@ def test_eval_plain_flags_become_its_gin_names():
     args = cli.build_parser().parse_args(
         ["eval", "--checkpoint=runs/a", "--task=own", "--split=all", "--step=0", "--data_dir=/d", "--dims=8,16"]
     )
-    assert commands._flag_bindings(args) == [
+    assert flags.table_bindings(args, evaluate.FLAGS) == [
         "evaluate.model_dir = 'runs/a'",
         "evaluate.task = 'own'",
         "evaluate.split = 'all'",
-        "evaluate.step = 0",
         "data_dir.path = '/d'",
+        "evaluate.step = 0",
         "evaluate.dims = (8, 16)",
     ]
     spaced = cli.build_parser().parse_args(["eval", "--dims", "8", "16"])  # lists: spaces or commas
-    assert commands._flag_bindings(spaced) == ["evaluate.dims = (8, 16)"]
+    assert flags.table_bindings(spaced, evaluate.FLAGS) == ["evaluate.dims = (8, 16)"]
 
 
 def test_modes_without_gin_refuse_it(capsys):
@@ -222,18 +222,22 @@ def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_b
         f"--gin_file={imported}/model.gin",
         "--gin_file=runs/finetune_minilm.gin",
         *own,
-        "--gin.train.task='my_pairs'",
-        f"--gin.MODEL_DIR='{run}'",
-        f"--gin.INIT_CHECKPOINT='{imported}'",
-        f"--gin.VOCABULARY='{tokenizer}'",
-        "--gin.TRAIN_STEPS=2",
-        "--gin.BATCH_SIZE=8",
-        "--gin.train.query_length=12",
-        "--gin.train.doc_length=16",
+        "--task=my_pairs",  # the plain flags of the README's block, each over the gin file's value
+        f"--out={run}",
+        f"--checkpoint={imported}",
+        f"--vocabulary={tokenizer}",
+        "--steps=2",
+        "--batch_size=8",
+        "--query_length=12",
+        "--doc_length=16",
+        "--learning_rate=2e-3",
         "--gin.train.log_every=1",
         "--gin.create_mesh.num_devices=1",
     ]
     assert cli.main(argv) == 0
+    settings = (run / "config.gin").read_text()  # the flags won over runs/finetune_minilm.gin's values
+    for binding in ("train.train_steps = 2", "train.batch_size = 8", "train.doc_length = 16", "learning_rate = 0.002"):
+        assert binding in settings, binding
     assert cli.main(["tasks", *own]) == 0
     listed = capsys.readouterr().out
     assert f"  my_pairs\n      splits: train, test, all\n      reads:  JSON lines of pairs, {data} (test: " in listed
@@ -256,7 +260,7 @@ def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_b
 def test_every_flag_has_help_and_every_mode_an_example(capsys):
     parser = cli.build_parser()
     modes = next(a for a in parser._actions if isinstance(a, cli.argparse._SubParsersAction)).choices
-    assert set(modes) == set(cli.EXAMPLES)
+    assert set(modes) == {mode.NAME for mode in cli.MODES}
     for mode, sub in modes.items():
         silent = [a.option_strings[0] for a in sub._actions if a.option_strings and not a.help]
         assert not silent, f"samtone {mode}: flags without help {silent}"
@@ -274,6 +278,18 @@ def test_old_spellings_still_work_and_say_the_new_one(capsys):
     assert args.vocabulary == "v.model" and "--vocab is deprecated; use --vocabulary" in capsys.readouterr().err
     assert cli.main(["export", "--checkpoint=a", "--format=hf"]) == 2
     assert "samtone export: error: samtone export needs --out" in capsys.readouterr().err
+    # A model is always --checkpoint (several: repeated or listed); one spelling of --dims / --precisions.
+    for argv, dest, value, old in (
+        (["import-checkpoint", "--format=hf", "--src=a"], "src", "a", "--src"),
+        (["score", "--teacher=bm25", "--task=t", "--out=o"], "teacher", "bm25", "--teacher"),
+        (["average", "--checkpoints", "a", "b"], "checkpoints", ["a", "b"], "--checkpoints"),
+        (["encode", "--checkpoint=a", "--task=t", "--dim=8"], "dim", 8, "--dim"),
+        (["encode", "--checkpoint=a", "--task=t", "--precision=int8"], "precision", "int8", "--precision"),
+    ):
+        assert getattr(cli.build_parser().parse_args(argv), dest) == value
+        assert f"samtone: {old} is deprecated; use --" in capsys.readouterr().err
+    args = cli.build_parser().parse_args(["average", "--checkpoint", "a", "b", "--checkpoint", "c"])
+    assert args.checkpoints == ["a", "b", "c"]
 
 
 def test_made_up_ids_join_spellings_given_ids_conflict_in_any_split(tmp_path):
@@ -331,5 +347,5 @@ def test_the_data_dir_flag_wins_over_gin_in_every_mode(capsys):
     assert cli.main(["tasks", "--data_dir=/from_flag", "--gin.data_dir.path='/from_gin'"]) == 0
     out = capsys.readouterr().out
     assert "/from_flag/msmarco_passage/" in out and "/from_gin" not in out
-    assert cli.main(["import-checkpoint", "--format=hf", "--src=/nowhere"]) == 2
+    assert cli.main(["import-checkpoint", "--format=hf", "--checkpoint=/nowhere"]) == 2
     assert "needs --out" in capsys.readouterr().err

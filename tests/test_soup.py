@@ -27,7 +27,7 @@ def _leaves(tree):
 
 def test_a_soup_of_identical_runs_is_the_run_and_loads_like_it(trained_run, tmp_path, capsys):
     out = tmp_path / "soup"
-    assert cli.main(["average", "--checkpoints", str(trained_run), str(trained_run), f"--out={out}"]) == 0
+    assert cli.main(["average", "--checkpoint", str(trained_run), str(trained_run), f"--out={out}"]) == 0
     for a, b in zip(_leaves(load_params(str(out))), _leaves(_params(trained_run, 2)), strict=True):
         np.testing.assert_array_equal(a, b)
     texts = ["a small dog", "the bank of a river"]
@@ -36,11 +36,11 @@ def test_a_soup_of_identical_runs_is_the_run_and_loads_like_it(trained_run, tmp_
     )
     assert json.loads((out / "info.json").read_text())["method"] == "uniform"
     capsys.readouterr()
-    assert cli.main(["average", "--checkpoints", str(trained_run), f"--out={tmp_path / 'one'}"]) == 2
+    assert cli.main(["average", "--checkpoint", str(trained_run), f"--out={tmp_path / 'one'}"]) == 2
     assert "needs at least 2 checkpoints" in capsys.readouterr().err
-    assert cli.main(["average", "--checkpoints", str(trained_run), "--last=2", f"--out={tmp_path / 'last'}"]) == 2
+    assert cli.main(["average", "--checkpoint", str(trained_run), "--last=2", f"--out={tmp_path / 'last'}"]) == 2
     assert "has 1 complete checkpoints ([2]), fewer than --last 2" in capsys.readouterr().err
-    assert cli.main(["average", "--checkpoints", str(trained_run), str(trained_run), f"--out={out}"]) == 2
+    assert cli.main(["average", "--checkpoint", str(trained_run), str(trained_run), f"--out={out}"]) == 2
     assert "already exists" in capsys.readouterr().err
 
 
@@ -51,14 +51,14 @@ def test_uniform_last_k_greedy_and_refusals(trained_run, wordnet_env, tmp_path, 
     assert cli.main(tiny_train_argv(other, wordnet_env[1], steps=3, extra=extra)) == 0
     # uniform: the mean of the two runs' parameters
     soup = tmp_path / "soup"
-    assert cli.main(["average", "--checkpoints", str(trained_run), str(other), f"--out={soup}"]) == 0
+    assert cli.main(["average", "--checkpoint", str(trained_run), str(other), f"--out={soup}"]) == 0
     for s, a, b in zip(
         _leaves(load_params(str(soup))), _leaves(_params(trained_run, 2)), _leaves(_params(other, 3)), strict=True
     ):
         np.testing.assert_allclose(s, (a + b) / 2, rtol=1e-6, atol=1e-7)
     # a run's last 3 checkpoints
     last = tmp_path / "last"
-    assert cli.main(["average", "--checkpoints", str(other), "--last=3", f"--out={last}"]) == 0
+    assert cli.main(["average", "--checkpoint", str(other), "--last=3", f"--out={last}"]) == 0
     for s, *steps in zip(
         _leaves(load_params(str(last))), *(_leaves(_params(other, k)) for k in (1, 2, 3)), strict=True
     ):
@@ -67,7 +67,7 @@ def test_uniform_last_k_greedy_and_refusals(trained_run, wordnet_env, tmp_path, 
     greedy = tmp_path / "greedy"
     flags = ["--task=wordnet_definitions", "--split=all", "--measure=RR"]
     assert (
-        cli.main(["average", "--checkpoints", str(trained_run), str(other), str(last), f"--out={greedy}", *flags]) == 0
+        cli.main(["average", "--checkpoint", str(trained_run), str(other), str(last), f"--out={greedy}", *flags]) == 0
     )
     info = json.loads((greedy / "info.json").read_text())
     labels = [str(trained_run), str(other), str(last)]
@@ -86,7 +86,7 @@ def test_uniform_last_k_greedy_and_refusals(trained_run, wordnet_env, tmp_path, 
     wider = tmp_path / "wider"
     assert cli.main(tiny_train_argv(wider, wordnet_env[1], steps=1, extra=["--gin.VOCAB_SIZE=120"])) == 0
     capsys.readouterr()
-    assert cli.main(["average", "--checkpoints", str(trained_run), str(wider), f"--out={tmp_path / 'bad'}"]) == 2
+    assert cli.main(["average", "--checkpoint", str(trained_run), str(wider), f"--out={tmp_path / 'bad'}"]) == 2
     err = capsys.readouterr().err
     assert "is another architecture than" in err and "(120, " in err and "(100, " in err
     assert not (tmp_path / "bad").exists()

@@ -168,7 +168,7 @@ def test_a_teacher_folder_that_is_missing_or_of_the_wrong_kind_is_refused(tmp_pa
         teachers.load_teacher(str(cross), "sentence-transformers")
     with pytest.raises(BadValueError, match="is a sentence-transformers folder, not a samtone one"):
         teachers.load_teacher(str(bi), "samtone")
-    with pytest.raises(BadValueError, match="--teacher_kind=bm25 takes --teacher=bm25"):
+    with pytest.raises(BadValueError, match="--teacher_kind=bm25 takes --checkpoint=bm25"):
         teachers.load_teacher(str(bi), "bm25")
     with pytest.raises(BadValueError, match="--teacher_kind='bert' must be one of"):
         teachers.load_teacher("bm25", "bert")
@@ -203,7 +203,7 @@ def wordnet_scores(wordnet_env, tmp_path):
     from samtone_jax.tasks import catalogue
 
     out = tmp_path / "scores.jsonl"
-    argv = ["score", "--teacher=bm25", "--task=wordnet_definitions", "--split=all", f"--out={out}", "--depth=4"]
+    argv = ["score", "--checkpoint=bm25", "--task=wordnet_definitions", "--split=all", f"--out={out}", "--depth=4"]
     assert cli.main(argv) == 0
     gin_registry.parse([], [f"hard_negatives_file.path = '{out}'"])
     yield out, catalogue.collection("wordnet_definitions", "all")
@@ -358,9 +358,9 @@ def test_score_refuses_flags_that_do_not_apply(wordnet_env, tmp_path, capsys):
     mined = tmp_path / "mined.tsv"
     mined.write_text("q\td\n")
     cases = [
-        (["--teacher=bm25", "--step=3"], "choose a samtone teacher's checkpoint"),
-        (["--teacher=bm25", f"--candidates={mined}", "--depth=5"], "--depth is the number of top candidates"),
-        (["--teacher=bm25", f"--candidates={tmp_path / 'absent.tsv'}"], "no such file"),
+        (["--checkpoint=bm25", "--step=3"], "choose a samtone teacher's checkpoint"),
+        (["--checkpoint=bm25", f"--candidates={mined}", "--depth=5"], "--depth is the number of top candidates"),
+        (["--checkpoint=bm25", f"--candidates={tmp_path / 'absent.tsv'}"], "no such file"),
     ]
     for flags, match in cases:
         assert cli.main([*base, *flags]) == 2

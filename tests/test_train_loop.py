@@ -212,7 +212,7 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
     # shards of each ingredient and writes them; the soup is the mean of the two (numpy, here).
     soup = f"{gcs.bucket()}/soup"
     steps = [f"{single}/checkpoints/3", f"{multi}/checkpoints/5"]
-    _local(2, 2, ["average", "--checkpoints", *steps, f"--out={soup}"], env, tmp_path / "logs_soup")
+    _local(2, 2, ["average", "--checkpoint", *steps, f"--out={soup}"], env, tmp_path / "logs_soup")
     from samtone_jax.checkpoints import load_params
 
     mean = [(x + y) / 2 for x, y in zip(jax_leaves(_params(single, 3)), jax_leaves(_params(multi, 5)), strict=True)]

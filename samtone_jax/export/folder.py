@@ -7,7 +7,7 @@
 
 Both also hold `samtone.json` (where each tower and projection is, the lengths), `model.gin`,
 `spiece.model` and a model card (README.md), so `samtone_jax.load(DST)` and
-`samtone import-checkpoint --format=hf --src=DST` read them back. Everything is built in a local
+`samtone import-checkpoint --format=hf --checkpoint=DST` read them back. Everything is built in a local
 staging folder and checked before it becomes DST (renamed, or uploaded to gs:// with the commit
 marker last; see atomic_file.py): the tokenizer against SentencePiece on probe texts, and the
 exported model's embeddings against ours (cosine ≥ MIN_COSINE), so a wrong export is never left

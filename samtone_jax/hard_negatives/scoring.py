@@ -79,7 +79,7 @@ def score(
         raise BadValueError(f"--depth ({depth}) and --shard_size ({shard_size}) must be >= 1")
     if candidates == "top" and not teacher.can_retrieve:
         raise BadValueError(
-            f"--teacher={teacher.name} is a {teacher.kind}: it scores given pairs and cannot retrieve from the "
+            f"--checkpoint={teacher.name} is a {teacher.kind}: it scores given pairs and cannot retrieve from the "
             "corpus; pass --candidates=FILE (a `samtone mine` negatives file)"
         )
     doc_ids, index, queries = _queries(collection)

@@ -122,7 +122,7 @@ class CrossEncoderTeacher:
         self._model = CrossEncoder(local, device="cpu", local_files_only=True)
         if self._model.num_labels != 1:
             raise BadValueError(
-                f"--teacher={path} is a cross-encoder with {self._model.num_labels} labels; a teacher needs one "
+                f"--checkpoint={path} is a cross-encoder with {self._model.num_labels} labels; a teacher needs one "
                 "relevance score per pair (num_labels 1)"
             )
         self._identity, self._batch_size = torch.nn.Identity(), batch_size
@@ -145,7 +145,7 @@ def detect(path: str) -> str:
     """The kind of teacher folder `path` is (see the module docstring)."""
     folder = paths.as_path(path)
     if not folder.is_dir():
-        raise MissingFileError(f"--teacher={path}: no such folder (expected 'bm25' or a model folder)")
+        raise MissingFileError(f"--checkpoint={path}: no such folder (expected 'bm25' or a model folder)")
     if run_folders.kind(folder) is not None:
         return "samtone"  # a run, a checkpoint or an export (which also has modules.json)
     if (folder / "modules.json").exists():
@@ -156,7 +156,7 @@ def detect(path: str) -> str:
         if any(a.endswith("ForSequenceClassification") for a in architectures):
             return "cross-encoder"
     raise BadValueError(
-        f"--teacher={path} is not a teacher folder: expected a samtone MODEL_DIR, checkpoint or export, a "
+        f"--checkpoint={path} is not a teacher folder: expected a samtone MODEL_DIR, checkpoint or export, a "
         "sentence-transformers folder (modules.json) or a CrossEncoder folder (config.json of a "
         "*ForSequenceClassification model)"
     )
@@ -168,11 +168,13 @@ def detect_kind(spec: str, kind: str = "auto") -> str:
         raise BadValueError(f"--teacher_kind={kind!r} must be one of {KINDS}")
     if spec == "bm25" or kind == "bm25":
         if spec != "bm25":
-            raise BadValueError(f"--teacher_kind=bm25 takes --teacher=bm25, not {spec!r}")
+            raise BadValueError(f"--teacher_kind=bm25 takes --checkpoint=bm25, not {spec!r}")
         return "bm25"
     found = detect(spec)
     if kind != "auto" and kind != found:
-        raise BadValueError(f"--teacher={spec} is a {found} folder, not a {kind} one: fix --teacher_kind or --teacher")
+        raise BadValueError(
+            f"--checkpoint={spec} is a {found} folder, not a {kind} one: fix --teacher_kind or --checkpoint"
+        )
     return found
 
 

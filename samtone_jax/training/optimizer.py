@@ -14,13 +14,16 @@ KINDS = ("adafactor", "adamw")
 
 
 @gin.configurable("optimizer", denylist=["adapters"])
-def make(train_steps: int, kind: str = "adafactor", adapters: bool = False):
+def make(train_steps: int, kind: str = "adafactor", adapters: bool = False, learning_rate: float | None = None):
     """(optax transformation, learning-rate schedule) of `kind`: 'adafactor' (gin adafactor.*) or
-    'adamw' (gin adamw.*). `adapters`: the parameters hold LoRA adapters (models/lora.py)."""
+    'adamw' (gin adamw.*). `adapters`: the parameters hold LoRA adapters (models/lora.py).
+    `learning_rate` (`samtone train --learning_rate`), when set, is the peak rate of either kind, over
+    its own gin setting."""
+    rate = {} if learning_rate is None else {"learning_rate": learning_rate}
     if kind == "adafactor":
-        return adafactor(train_steps=train_steps, adapters=adapters)
+        return adafactor(train_steps=train_steps, adapters=adapters, **rate)
     if kind == "adamw":
-        return adamw(train_steps=train_steps)
+        return adamw(train_steps=train_steps, **rate)
     raise BadValueError(f"optimizer.kind = {kind!r}: choose one of {', '.join(map(repr, KINDS))}")
 
 
