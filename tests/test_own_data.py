@@ -238,6 +238,8 @@ def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_b
     settings = (run / "config.gin").read_text()  # the flags won over runs/finetune_minilm.gin's values
     for binding in ("train.train_steps = 2", "train.batch_size = 8", "train.doc_length = 16", "learning_rate = 0.002"):
         assert binding in settings, binding
+    # Trained at 12 / 16 tokens, served at the import's 64 (its config.json's positions; serving_lengths.py).
+    assert "serving.query_length = 64" in settings and "serving.doc_length = 64" in settings
     assert cli.main(["tasks", *own]) == 0
     listed = capsys.readouterr().out
     assert f"  my_pairs\n      splits: train, test, all\n      reads:  JSON lines of pairs, {data} (test: " in listed
@@ -247,6 +249,8 @@ def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_b
     assert cli.main(["eval", *own, f"--checkpoint={run}", "--task=my_pairs", "--split=test"]) == 0
     record = json.loads((run / "eval" / "my_pairs_test_step2.json").read_text())
     assert 0 < record["metrics"]["RR"] <= 1 and len(record["per_query"]["RR"]) == stats["queries"]
+    assert record["lengths"] == {"query": 64, "document": 64}
+    assert record["training_lengths"] == {"query": 12, "document": 16}
     mined = tmp_path / "negatives.tsv"
     assert cli.main(["mine", *own, "--bm25", "--task=my_pairs", "--num_negatives=2", f"--out={mined}"]) == 0
     assert len(mined.read_text().splitlines()) > 20  # the train split's queries
@@ -255,6 +259,9 @@ def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_b
     assert (
         cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={tmp_path / 'st'}"]) == 0
     )
+    exported = json.loads((tmp_path / "st" / "samtone.json").read_text())
+    assert (exported["query_length"], exported["doc_length"], exported["training_lengths"]) == (64, 64, [12, 16])
+    assert "trained at 12 / 16 tokens" in (tmp_path / "st" / "README.md").read_text()
 
 
 def test_every_flag_has_help_and_every_mode_an_example(capsys):

@@ -167,6 +167,8 @@ def model_bindings(folder: str, max_seq_length: int | None = None) -> list[str]:
         "DualEncoder.projection_init = 'identity'",
         f"train.query_length = {length}",
         f"train.doc_length = {length}",
+        f"serving.query_length = {length}",  # what it is served at after any fine-tune (serving_lengths.py)
+        f"serving.doc_length = {length}",
     ]
 
 

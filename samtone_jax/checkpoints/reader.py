@@ -183,3 +183,21 @@ def resolve(path: str, step: int | None = None) -> tuple[str, str, int | None]:
         f"{path} is not a samtone checkpoint: expected a MODEL_DIR (checkpoints/), a step directory "
         "(checkpoints/<step>/state), a parameter checkpoint (params/ + model.gin) or a `samtone export` folder"
     )
+
+
+def settings(path: str) -> dict:
+    """The saved gin settings of the model at `path` ({'train.doc_length': 48, ...}, gin_config.read_bindings
+    of a run's config.gin or a parameter checkpoint's / export's model.gin); an export's samtone.json
+    lengths are its serving lengths. {} when `path` holds none."""
+    import json
+
+    from samtone_jax.config import gin_config
+
+    kind, directory, _ = resolve(path)
+    root = paths.as_path(directory)
+    text_file = root / (run_folders.CONFIG_GIN if kind == "train" else run_folders.MODEL_GIN)
+    found = gin_config.read_bindings(text_file.read_text()) if text_file.exists() else {}
+    if kind == "export":
+        info = json.loads((root / run_folders.EXPORT_JSON).read_text())
+        found |= {"serving.query_length": info["query_length"], "serving.doc_length": info["doc_length"]}
+    return found

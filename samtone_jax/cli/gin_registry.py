@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import samtone_jax.data.false_negatives  # noqa: F401  FalseNegativeFilter
 import samtone_jax.evaluation.run  # noqa: F401  evaluate
 import samtone_jax.evaluation.train_hook  # noqa: F401  RetrievalEval
+import samtone_jax.inference.serving_lengths  # noqa: F401  serving.query_length / serving.doc_length
 import samtone_jax.tasks.catalogue  # noqa: F401  data_dir, wordnet_dir, skip_bad_records, mixtures
 import samtone_jax.tasks.declared  # noqa: F401  tfds_tasks, local_tasks
 import samtone_jax.tasks.prompts  # noqa: F401  prompts

@@ -254,8 +254,8 @@ def evaluate(
     weights: str = "params",
 ) -> dict[str, float]:
     """Evaluate the checkpoint at `step` (default: the latest) of MODEL_DIR on task/split (default:
-    test, or dev for a task without a test split); lengths default to the run's train.query_length /
-    train.doc_length.
+    test, or dev for a task without a test split); lengths default to the model's serving lengths
+    (inference/serving_lengths.py), and the record says which were used.
 
     backend: 'exact' (on device), 'approx' (lax.approx_max_k, TPU), 'faiss' (IndexFlatIP) or
     'faiss_ivfpq' (approximate); see samtone_jax/evaluation/search.py. `packing_max_segments` S:
@@ -330,6 +330,10 @@ def evaluate(
         int8 = served_int8_ranges(encoder, dd, calibration_size) if any(p == "int8" for p, _ in variants) else None
         for precision, factor in variants:
             about = ({} if dim is None else {"dim": dim}) | ({"weights": weights} if weights != "params" else {})
+            # The lengths it encoded at, and those it trained at (serving_lengths.py): a fine-tune is
+            # served at its base model's lengths unless evaluate.query_length / doc_length say otherwise.
+            about["lengths"] = {"query": encoder.query_length, "document": encoder.doc_length}
+            about["training_lengths"] = dict(zip(("query", "document"), encoder.training_lengths, strict=True))
             if len(variants) == 1 and precision == "float32":
                 run = search_run(query_ids, qd, doc_ids, dd, **search_args)
             else:

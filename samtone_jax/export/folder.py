@@ -182,8 +182,9 @@ def export(
             "samtone_jax_version": __version__,
             "format": fmt,
             "architecture": encoder.architecture,
-            "query_length": encoder.query_length,
+            "query_length": encoder.query_length,  # served at (serving_lengths.py)
             "doc_length": encoder.doc_length,
+            "training_lengths": list(encoder.training_lengths),  # [query, document] it trained at
             "projection_dim": int(kernels["query"].shape[1]),
             "vocabulary": vocabulary_file,
             "extra_ids": int(encoder.vocabulary.extra_ids),
@@ -210,6 +211,7 @@ def export(
                 fmt=fmt,
                 query_length=encoder.query_length,
                 doc_length=encoder.doc_length,
+                training_lengths=encoder.training_lengths,
                 run_dir=encoder.source,
                 step=encoder.step,
                 matryoshka_dims=encoder.matryoshka_dims,

@@ -79,6 +79,7 @@ def model_card(
     matryoshka_dims=None,
     calibration=None,
     weights: str = "params",
+    training_lengths=(None, None),
 ) -> str:
     settings = run_settings(run_dir)
     loss = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("contrastive_loss.")}
@@ -97,7 +98,13 @@ def model_card(
         f"- Embedding: mean over non-padding tokens -> bias-free projection to {projection_dim} -> L2 normalisation "
         "(cosine similarity = dot product).",
         f"- Inputs: queries truncated to {query_length} tokens, documents to {doc_length} "
-        f"({family.special_tokens} kept).",
+        f"({family.special_tokens} kept)"
+        + (
+            f"; trained at {training_lengths[0]} / {training_lengths[1]} tokens"
+            if all(training_lengths) and tuple(training_lengths) != (query_length, doc_length)
+            else ""
+        )
+        + ".",
         *(
             [
                 f"- Matryoshka: trained to serve its first {', '.join(map(str, matryoshka_dims))} dimensions alone "

@@ -24,6 +24,7 @@ from samtone_jax.checkpoints import reader
 from samtone_jax.core import paths, run_folders
 from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.data import vocab as vocab_lib
+from samtone_jax.inference import serving_lengths
 from samtone_jax.inference.text_embedder import TextEmbedder
 from samtone_jax.models import families
 
@@ -51,11 +52,13 @@ class Encoder:
         task_prompts: dict | None = None,
         calibration=None,
         weights: str = "params",
+        training_lengths: tuple[int | None, int | None] = (None, None),
     ):
         if isinstance(vocabulary, str):
             vocabulary = vocab_lib.tokens(vocabulary)
         self.model, self.vocabulary = model, vocabulary
-        self.query_length, self.doc_length = query_length, doc_length
+        self.query_length, self.doc_length = query_length, doc_length  # what it encodes at (serving)
+        self.training_lengths = tuple(training_lengths)  # (query, document) it was trained at, when known
         self.step, self.source = step, source
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
         # The nested dimensions the model was trained to serve truncated (train.matryoshka_dims).
@@ -191,7 +194,8 @@ def load_encoder(
     `calibrated` False: without the folder's calibration.json (samtone calibrate replaces it).
     `weights` 'ema': a run's moving average of its parameters (train.ema_decay) instead of them.
 
-    Query / document lengths default to the run's `train.query_length` / `train.doc_length`; the
+    Query / document lengths default to the model's serving lengths (serving_lengths.py: its base
+    model's for a fine-tune, else its training lengths), not its training lengths; the
     prompts to the run's (those of `task` when the run set per-task prompts).
     `packing_max_segments` S: texts packed up to S a row (text_embedder.py), the same
     embeddings with less padding; `batch_size` then counts rows.
@@ -238,8 +242,9 @@ def load_encoder(
     settings = gin_config.read_bindings(text)
     vocabulary = _vocabulary_path(directory, vocabulary, settings, families.of(model.config))
     vocab_lib.check_fits(vocabulary, families.of(model.config), model.config.vocab_size, "the vocabulary")
-    query_length = query_length or settings.get("train.query_length", 64)
-    doc_length = doc_length or settings.get("train.doc_length", 128)
+    serving_query, serving_doc = serving_lengths.of_settings(settings)  # not the training lengths
+    query_length = query_length or serving_query
+    doc_length = doc_length or serving_doc
     from samtone_jax.tasks.prompts import prompt_of
 
     # The prompts of `task`, else of the task the run trained on (its per-task ones, or the run-wide ones).
@@ -261,6 +266,7 @@ def load_encoder(
         task_prompts=dict(settings.get("prompts.per_task") or {}),
         calibration=_calibration_of(directory, step, weights) if calibrated else None,
         weights=weights,
+        training_lengths=serving_lengths.training_lengths(settings),
     )
 
 
@@ -334,6 +340,7 @@ def load_export(
         matryoshka_dims=info.get("matryoshka_dims"),
         calibration=_calibration_of(directory, info["source"].get("step"), weights) if calibrated else None,
         weights=weights,
+        training_lengths=tuple(info.get("training_lengths") or (None, None)),
         **_export_prompts(info, task),
     )
 

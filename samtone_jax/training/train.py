@@ -32,6 +32,7 @@ from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.data.input_spec import InputSpec
+from samtone_jax.inference import serving_lengths
 from samtone_jax.models import families, init_params, partitioning
 from samtone_jax.models import lora as lora_lib
 from samtone_jax.objectives import distillation, matryoshka, quantization_aware
@@ -427,6 +428,7 @@ def fit(
     base = start_checks.lora_base(model, init_checkpoint, model_dir)
     evaluate = _evaluator(model, mesh, loss_fn, inputs, evaluation)
     tx, lr_schedule = optimizer.make(train_steps=schedule.train_steps, adapters=bool(model.lora_rank))
+    serving_lengths.inherit(init_checkpoint)  # served as the model it starts from was (its config.gin says)
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if jax.process_index() == 0:
             _keep_vocabulary(inputs.spec.vocabulary, model_dir)
