@@ -90,3 +90,28 @@ def test_uniform_last_k_greedy_and_refusals(trained_run, wordnet_env, tmp_path, 
     err = capsys.readouterr().err
     assert "is another architecture than" in err and "(120, " in err and "(100, " in err
     assert not (tmp_path / "bad").exists()
+
+
+def test_weighted_average_of_a_fine_tuned_run_and_its_base_is_wise_ft(tiny_bert_import, wordnet_env, tmp_path, capsys):
+    """--weights w_1 … w_n: Σ w_i θ_i / Σ w_i, with the import the run started from as an ingredient."""
+    from conftest import tiny_bert_train_argv
+
+    _, imported = tiny_bert_import
+    run = tmp_path / "run"
+    assert cli.main(tiny_bert_train_argv(run, tiny_bert_import, steps=1)) == 0
+    mixed = tmp_path / "wise"
+    argv = ["average", "--checkpoint", str(run), str(imported), "--weights", "3", "1", f"--out={mixed}"]
+    assert cli.main(argv) == 0
+    fine_tuned, base = _leaves(_params(run, 1)), _leaves(load_params(str(imported)))
+    for s, a, b in zip(_leaves(load_params(str(mixed))), fine_tuned, base, strict=True):
+        np.testing.assert_allclose(
+            s, 0.75 * np.asarray(a, np.float32) + 0.25 * np.asarray(b, np.float32), rtol=1e-6, atol=1e-7
+        )
+    info = json.loads((mixed / "info.json").read_text())
+    assert info["method"] == "weighted" and info["weights"] == [0.75, 0.25]
+    assert any(np.abs(np.asarray(a) - np.asarray(b)).max() > 0 for a, b in zip(fine_tuned, base, strict=True))
+    capsys.readouterr()
+    for weights, said in ((["1"], "gives 1 weights for 2 checkpoints"), (["0", "0"], "not all 0")):
+        argv = ["average", "--checkpoint", str(run), str(imported), "--weights", *weights, f"--out={tmp_path / 'x'}"]
+        assert cli.main(argv) == 2
+        assert said in capsys.readouterr().err

@@ -25,6 +25,14 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--checkpoints", dest="checkpoints", nargs="+", action=flags.Deprecated, new="--checkpoint")
     p.add_argument("--last", type=int, default=None, help="with one run: the mean of its last K checkpoints")
+    p.add_argument(
+        "--weights",
+        nargs="+",
+        type=float,
+        default=None,
+        help="mixing weights, one a checkpoint (normalised to sum 1): e.g. a fine-tuned run and its base import "
+        "--weights 0.7 0.3 (WiSE-FT); default: uniform",
+    )
     flags.out_flag(p, "output parameter checkpoint (loadable, exportable, an INIT_CHECKPOINT)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.add_argument("--task", default=None, help="greedy soup: the validation task (default: uniform, no task)")
@@ -58,7 +66,13 @@ def run(args, bindings) -> int:
     if greedy_flags and not args.task:
         raise BadValueError(f"{', '.join(greedy_flags)} choose a greedy soup's validation: add --task")
     found = soup.ingredients(args.checkpoints, args.last)
-    info = {"averaged": [i.label for i in found], "method": "greedy" if args.task else "uniform"}
+    if args.weights is not None and args.task:
+        raise BadValueError("--weights mixes the checkpoints as given; a greedy soup (--task) chooses its own")
+    weights = soup.check_weights(args.weights, found) if args.weights is not None else None
+    method = "greedy" if args.task else "weighted" if weights else "uniform"
+    info = {"averaged": [i.label for i in found], "method": method}
+    if weights:
+        info["weights"] = [w / sum(weights) for w in weights]
     if args.task:
         if jax.process_count() > 1:
             raise BadValueError(
@@ -73,7 +87,7 @@ def run(args, bindings) -> int:
     else:
         # A pod's hosts: each ingredient restored sharded, every process its shards (one host: NumPy).
         mesh = partitioning.create_mesh() if jax.process_count() > 1 else None
-        params = soup.uniform(found, mesh)
+        params = soup.uniform(found, mesh, weights)
         kept = info["averaged"]
     out = soup.write(args.out, params, found, info, overwrite=args.overwrite)
     print(f"{info['method']} soup of {len(kept)} of {len(found)} checkpoints -> {out}")

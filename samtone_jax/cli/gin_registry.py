@@ -24,6 +24,7 @@ import samtone_jax.tasks.catalogue  # noqa: F401  data_dir, wordnet_dir, skip_ba
 import samtone_jax.tasks.declared  # noqa: F401  tfds_tasks, local_tasks
 import samtone_jax.tasks.prompts  # noqa: F401  prompts
 from samtone_jax.config import gin_config
+from samtone_jax.evaluation.guard import GuardSettings
 from samtone_jax.hard_negatives import adore_train
 from samtone_jax.models import partitioning
 from samtone_jax.training import train
@@ -37,13 +38,14 @@ def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finali
 def train_program() -> dict:
     """`samtone train`: train.train with its dependencies built from gin here, at the edge: the
     model (T5Config.* / DualEncoder.*), the loss (contrastive_loss.*, distillation_loss.*), the mesh
-    (create_mesh.*) and the partitioning rules (logical_rules.fsdp)."""
+    (create_mesh.*), the partitioning rules (logical_rules.fsdp) and the guard (guard.*)."""
     return train.train(
         model=gin_config.model(),
         loss_fn=gin_config.contrastive_loss,
         mesh=partitioning.create_mesh(),
         rules=partitioning.logical_rules(),
         distill_fn=gin_config.distillation_loss,
+        guard=GuardSettings(),
     )
 
 

@@ -24,6 +24,7 @@ from samtone_jax.cli import (
     encode,
     evaluate,
     export,
+    finetune,
     flags,
     import_checkpoint,
     list_tasks,
@@ -38,6 +39,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's INFO lines; its CUDA 
 
 # The modes, in the order `samtone --help` lists them.
 MODES = (
+    finetune,
     import_checkpoint,
     train,
     train_adore,

@@ -29,6 +29,13 @@ FLAGS = (
     flags.GinFlag("--data_dir", "data_dir.path", "data root (default: $SAMTONE_DATA_DIR)"),
     flags.GinFlag("--seed", "train.seed", "seed of the initialisation, dropout and data order", int),
     flags.GinFlag("--packing", "train.packing", "pack several texts a row (the same pairs, less padding)", "switch"),
+    flags.GinFlag(
+        "--guard",
+        "guard.tasks",
+        "tasks the run does not train on, scored at the start, at each eval and at the end: what the model "
+        "keeps elsewhere (retention = score / the starting model's)",
+        "strings",
+    ),
 )
 
 

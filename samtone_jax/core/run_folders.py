@@ -34,6 +34,7 @@ OPERATIVE_CONFIG_GIN = "operative_config.gin"
 VOCABULARY = "vocab.model"
 TOKENIZER = "tokenizer.json"
 CALIBRATION = "calibration.json"  # int8 ranges per served dimension (calibration.py), run / params / export
+GUARD = "guard.json"  # the guard's starting-model scores (evaluation/guard.py), in MODEL_DIR
 BASE = "base.json"  # {"path", "fingerprint"}: where a LoRA model's frozen tower is, and which (run / params)
 LOCK = "lock.json"
 CHECKPOINTS = "checkpoints"

@@ -4,6 +4,8 @@ running sum, each restored alone from its step (orbax partial restore: the optim
 read), in float32.
 
   uniform  the mean of every ingredient (a run's last K checkpoints, or several runs' latest)
+  weighted Σ w_i · θ_i / Σ w_i (`--weights`): WiSE-FT (Wortsman et al. 2022), the fine-tuned model
+           mixed with the model it started from (an import is an ingredient like any other)
   greedy   the ingredients by their own score on a validation task, best first, each added only if
            the soup's score does not drop (Wortsman et al.'s greedy soup)
 
@@ -197,17 +199,18 @@ class RunningSum:
     in place); `mean()` the average so far."""
 
     def __init__(self):
-        self.total, self.count = None, 0
+        self.total, self.count = None, 0.0
 
-    def add(self, params) -> None:
+    def add(self, params, weight: float = 1.0) -> None:
         on_host = isinstance(jax.tree_util.tree_leaves(params)[0], np.ndarray)
+        w = np.float32(weight)
         if self.total is None:
-            self.total = jax.tree_util.tree_map(np.array, params) if on_host else params
+            self.total = jax.tree_util.tree_map(lambda p: np.array(p * w), params) if on_host else _scale(params, w)
         elif on_host:
-            jax.tree_util.tree_map(lambda t, p: np.add(t, p, out=t), self.total, params)
+            jax.tree_util.tree_map(lambda t, p: np.add(t, p * w, out=t), self.total, params)
         else:  # sharded on devices: summed where each shard lives
-            self.total = _add(self.total, params)
-        self.count += 1
+            self.total = _add(self.total, params, w)
+        self.count += float(weight)
 
     def mean(self, plus=None):
         """The average so far (with `plus`, one more tree, without adding it)."""
@@ -218,17 +221,32 @@ class RunningSum:
 
 
 @jax.jit
-def _add(total, params):
-    return jax.tree_util.tree_map(lambda t, p: t + p, total, params)
+def _add(total, params, weight):
+    return jax.tree_util.tree_map(lambda t, p: t + p * weight, total, params)
 
 
-def uniform(found: list[Ingredient], mesh=None):
-    """The uniform average of every ingredient's parameters, one restored at a time: on this host, or
-    with `mesh` sharded over its devices (every process its shards)."""
+@jax.jit
+def _scale(params, weight):
+    return jax.tree_util.tree_map(lambda p: p * weight, params)
+
+
+def check_weights(weights, found: list[Ingredient]) -> tuple[float, ...]:
+    """The mixing weights of `--weights`: one non-negative number an ingredient, not all 0."""
+    if len(weights) != len(found):
+        raise BadValueError(f"--weights gives {len(weights)} weights for {len(found)} checkpoints: one each")
+    if any(w < 0 for w in weights) or not sum(weights):
+        raise BadValueError(f"--weights {' '.join(map(str, weights))}: non-negative, and not all 0")
+    return tuple(float(w) for w in weights)
+
+
+def uniform(found: list[Ingredient], mesh=None, weights: tuple[float, ...] | None = None):
+    """The average of every ingredient's parameters (weighted by `weights`, normalised to sum 1), one
+    restored at a time: on this host, or with `mesh` sharded over its devices (every process its shards)."""
     shardings = None if mesh is None else sharded(found, mesh)
     running = RunningSum()
-    for ingredient in found:
-        running.add(restore_params(ingredient, shardings))
+    for ingredient, weight in zip(found, weights or [1.0] * len(found), strict=True):
+        if weight:
+            running.add(restore_params(ingredient, shardings), weight)
     return running.mean()
 
 

@@ -43,19 +43,26 @@ class RetrievalEval:
         batch_size: int = 256,
         precisions: tuple[str, ...] = (),
         rescore: int = 0,
+        candidates: int | None = None,
+        prefix: str = "retrieval",
     ):
         from samtone_jax.tasks import catalogue, prompts
 
         collection = catalogue.collection(task, split)
         if not collection.queries or not collection.corpus:
-            raise BadValueError(f"train.retrieval_eval_task={task!r} split {split!r} has no queries or no documents")
-        query_ids = sorted(collection.sample(max_queries).queries)  # an evenly spaced, fixed sample
+            raise BadValueError(f"{task!r} split {split!r} has no queries or no documents to evaluate on")
+        collection = collection.sample(max_queries, candidates)  # an evenly spaced, fixed sample
+        query_ids = sorted(collection.queries)
         self.query_ids, self.doc_ids = query_ids, sorted(collection.corpus)
         self.qrels = {q: collection.qrels[q] for q in query_ids}
         query_prompt, doc_prompt = prompts.prompt_of(task)  # as the run trains and samtone_jax.load serves
         queries = [query_prompt + collection.queries[q] for q in query_ids]
-        self.query_tokens = tokenize(vocabulary, queries, query_length)[0]
-        self.doc_tokens = tokenize(vocabulary, [doc_prompt + collection.corpus[d] for d in self.doc_ids], doc_length)[0]
+        # Trailing columns no text reaches are cut: padding changes no embedding, and a model served at
+        # 256 tokens is not charged 256 for short texts.
+        self.query_tokens = _trimmed(tokenize(vocabulary, queries, query_length)[0])
+        documents = [doc_prompt + collection.corpus[d] for d in self.doc_ids]
+        self.doc_tokens = _trimmed(tokenize(vocabulary, documents, doc_length)[0])
+        self.prefix = prefix
         self.encoder = TextEmbedder(model, None, vocabulary, mesh, batch_size)
         self.k, self.name = min(k, len(self.doc_ids)), f"{task}/{split}"
         asked = (
@@ -73,12 +80,20 @@ class RetrievalEval:
         d = self.encoder.encode_all(self.doc_tokens, "document", params=params)
         scores, indices = search.exact_top_k(q, d, self.k)
         run = metrics.run_from_top_k(self.query_ids, self.doc_ids, scores, indices)
-        results = {f"retrieval/{m}": v for m, v in metrics.evaluate(self.qrels, run, self.measures).items()}
+        results = {f"{self.prefix}/{m}": v for m, v in metrics.evaluate(self.qrels, run, self.measures).items()}
         ranges = quantization.int8_ranges(d) if any(p == "int8" for p, _ in self.served) else None
         for precision, factor in self.served:
             found = compressed.compressed_top_k(q, d, precision, k=self.k, ranges=ranges, rescore_factor=factor)
             run = metrics.run_from_top_k(self.query_ids, self.doc_ids, found.ranking_scores(), found.indices)
-            prefix = f"retrieval/{precision}" + (f"_rescore{factor}" if factor else "")
+            prefix = f"{self.prefix}/{precision}" + (f"_rescore{factor}" if factor else "")
             results |= {f"{prefix}/{m}": v for m, v in metrics.evaluate(self.qrels, run, self.measures).items()}
-        results["retrieval/seconds"] = time.time() - start
+        results[f"{self.prefix}/seconds"] = time.time() - start
         return results
+
+
+def _trimmed(tokens):
+    """[N, L] ids without the trailing columns that are padding in every row (at least one column)."""
+    import numpy as np
+
+    used = np.flatnonzero((tokens != 0).any(axis=0))
+    return tokens[:, : max(int(used[-1]) + 1 if used.size else 1, 1)]

@@ -52,6 +52,11 @@ def _bound(name: str):
         return None
 
 
+def current(training: tuple[int, int]) -> tuple[int, int]:
+    """The serving lengths the parsed gin config binds (after `inherit`), else `training`."""
+    return _bound("serving.query_length") or training[0], _bound("serving.doc_length") or training[1]
+
+
 def inherit(init_checkpoint: str | None) -> dict[str, int]:
     """Bind serving.* (unless the config sets them) to the serving lengths of the model training starts
     from, so a run fine-tuned at short lengths is served as its base was; returns what was bound."""

@@ -104,6 +104,8 @@ def run(
     batches: Callable[[int], Iterator],
     step: Callable[[State, object], tuple[State, Metrics]],
     evaluate: Callable[[State], Metrics] | None = None,
+    on_start: Callable[[State, int], None] | None = None,
+    on_finish: Callable[[State, bool], Metrics | None] | None = None,
 ) -> Metrics:
     """Train from the latest checkpoint in MODEL_DIR/checkpoints to `schedule.train_steps`; returns
     the last logged metrics (means over the last `log_every` steps).
@@ -113,8 +115,11 @@ def run(
     batches(start): an iterator of the batches of steps start, start + 1, ... (resumable: it must
     give the batches the uninterrupted run would have seen). step(state, batch) -> (state, metrics
     with at least 'loss' and 'accuracy', left on device). evaluate(state) -> metrics, every
-    `eval_every` steps.
+    `eval_every` steps. on_start(state, start step) runs once before the first step (the guard's
+    starting scores); on_finish(state, evaluated) once the last step is done (evaluated: whether the
+    last step's evaluation already ran), its metrics logged at the last step and returned with the rest.
     """
+    final: Metrics = {}
     with contextlib.ExitStack() as cleanup:
         should_stop, restore_signal_handlers = install_stop_flag()
         cleanup.callback(restore_signal_handlers)
@@ -126,6 +131,8 @@ def run(
         state, start = checkpointer.restore_latest(state, on_corrupt=schedule.on_corrupt_checkpoint)
         if start:
             log.info("resumed from step %d in %s", start, checkpointer.directory)
+        if on_start is not None and start < schedule.train_steps:
+            on_start(state, start)
         source = batches(start)
         progress = ProgressLogger(
             model_dir, schedule.train_steps, schedule.global_batch, schedule.log_every, checkpointer, start_step=start
@@ -159,9 +166,15 @@ def run(
                     break
         else:
             checkpointer.save(schedule.train_steps, state, force=True)
+            if on_finish is not None:
+                evaluated = bool(evaluate and schedule.eval_every and schedule.train_steps % schedule.eval_every == 0)
+                finished = on_finish(state, evaluated and start < schedule.train_steps)
+                if finished:
+                    progress.write_eval(schedule.train_steps, finished)
+                    final = finished
         if jax.process_index() == 0:
             write_atomic(paths.as_path(model_dir) / run_folders.OPERATIVE_CONFIG_GIN, gin.operative_config_str())
-    return progress.last
+    return {**progress.last, **final}
 
 
 class OutOfMemoryError(UserError, MemoryError):

@@ -32,6 +32,7 @@ from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.data.input_spec import InputSpec
+from samtone_jax.evaluation.guard import Guard, GuardSettings
 from samtone_jax.inference import serving_lengths
 from samtone_jax.models import families, init_params, partitioning
 from samtone_jax.models import lora as lora_lib
@@ -209,7 +210,7 @@ def _keep_vocabulary(vocabulary: str | None, model_dir) -> None:
     write_atomic(target, source.read_bytes())
 
 
-@gin.configurable(denylist=["model", "loss_fn", "mesh", "rules"])
+@gin.configurable(denylist=["model", "loss_fn", "mesh", "rules", "guard"])
 def train(
     model_dir: str = gin.REQUIRED,
     task: str = gin.REQUIRED,
@@ -255,6 +256,7 @@ def train(
     mesh,
     rules=partitioning.DEFAULT_RULES,
     distill_fn=None,
+    guard: GuardSettings | None = None,
 ) -> dict:
     """Train `model` with `loss_fn` on `mesh` until `train_steps` (resuming from MODEL_DIR); returns
     the last logged metrics. The program (gin_registry.train_program, what `samtone train` runs)
@@ -341,6 +343,7 @@ def train(
         init_checkpoint=init_checkpoint,
         grad_cache_chunk_size=grad_cache_chunk_size,
         ema_decay=ema_decay,
+        guard=guard,
     )
 
 
@@ -412,9 +415,10 @@ def fit(
     init_checkpoint: str | None = None,
     grad_cache_chunk_size: int | None = None,
     ema_decay: float | None = None,
+    guard: GuardSettings | None = None,
 ) -> dict:
     """Train `model` on `inputs` with `loss_fn` (the whole objective) on `mesh` in MODEL_DIR, as
-    `schedule` says (loop.run); returns the last logged metrics."""
+    `schedule` says (loop.run); returns the last logged metrics (and the guard's, evaluation/guard.py)."""
     from samtone_jax.tasks import registration  # seqio + TensorFlow: when a run starts, not for every gin parse
 
     inputs.check_mesh(mesh)
@@ -429,6 +433,7 @@ def fit(
     evaluate = _evaluator(model, mesh, loss_fn, inputs, evaluation)
     tx, lr_schedule = optimizer.make(train_steps=schedule.train_steps, adapters=bool(model.lora_rank))
     serving_lengths.inherit(init_checkpoint)  # served as the model it starts from was (its config.gin says)
+    guarded = _guard(guard, inputs, model, mesh)
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if jax.process_index() == 0:
             _keep_vocabulary(inputs.spec.vocabulary, model_dir)
@@ -457,6 +462,18 @@ def fit(
             init = init_checkpoint if fresh else base
             return initial_state(model, tx, mesh, inputs.seed, init, rules, ema=ema_decay is not None)
 
+        if guarded is not None:
+            evaluate = _with_guard(evaluate, guarded)
+
+        def on_start(state, start: int):  # the starting model's guard scores: recorded, or measured now
+            starting = state if start == 0 else init_state(True)  # (a guard added on resume: INIT_CHECKPOINT's)
+            guarded.start(full_params(starting), model_dir)
+
+        def on_finish(state, evaluated: bool):
+            metrics = None if evaluated else guarded(full_params(state))  # the last step's, unless just measured
+            log.info("%s", guarded.summary(metrics or guarded.last))
+            return metrics
+
         return loop.run(
             model_dir,
             schedule,
@@ -464,7 +481,28 @@ def fit(
             batches=batch_source(inputs, mesh, packing, grad_cache_chunk_size),
             step=step,
             evaluate=evaluate,
+            on_start=on_start if guarded is not None else None,
+            on_finish=on_finish if guarded is not None else None,
         )
+
+
+def _guard(settings: GuardSettings | None, inputs: TrainInputs, model, mesh) -> Guard | None:
+    """The run's guard (evaluation/guard.py) at the lengths the model is served at, or None."""
+    if settings is None or not settings.tasks:
+        return None
+    lengths = serving_lengths.current((inputs.spec.query_length, inputs.spec.doc_length))
+    return Guard(settings, inputs.task, model, mesh, vocab_lib.tokens(inputs.spec.vocabulary), lengths)
+
+
+def _with_guard(evaluate, guard: Guard):
+    """The in-training evaluation with the guard's metrics beside it (the guard alone without one)."""
+
+    def evaluated(state):
+        metrics = dict(evaluate(state)) if evaluate is not None else {}
+        guard.last = guard(full_params(state))
+        return metrics | guard.last
+
+    return evaluated
 
 
 def _evaluator(model, mesh, loss_fn, inputs: TrainInputs, evaluation: Evaluation):

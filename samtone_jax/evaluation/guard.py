@@ -1,0 +1,126 @@
+"""The general-retrieval guard: what fine-tuning costs the model everywhere else.
+
+A fine-tune that doubles its in-domain P@1 can lose a quarter of its retrieval quality on data it
+did not train on. The guard measures that while training: retrieval metrics on tasks the run does not
+train on (gin `guard.tasks`, `samtone train --guard`), at the model's serving lengths, on a fixed
+sample (`guard.max_queries` queries ranked among `guard.candidates` documents, gold ones kept). The
+starting model's scores are measured once, before the first step, and kept in MODEL_DIR/guard.json;
+every in-training evaluation and the end of the run log `guard/<task>/<measure>` and
+`guard/<task>/retention` (the score ÷ the starting model's), and the run's last line says them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+import gin
+import jax
+
+from samtone_jax.core import paths, run_folders
+from samtone_jax.core.atomic_file import write_atomic
+from samtone_jax.core.errors import BadValueError
+
+log = logging.getLogger(__name__)
+
+
+@gin.configurable("guard")
+@dataclasses.dataclass(frozen=True)
+class GuardSettings:
+    """gin `guard.*`: the tasks the run is guarded on, the measure whose retention is reported, and
+    the size of the fixed evaluation sample."""
+
+    tasks: tuple[str, ...] = ()
+    measure: str = "RR"
+    max_queries: int = 500
+    candidates: int = 5000
+
+    def __post_init__(self):
+        if isinstance(self.tasks, str):
+            object.__setattr__(self, "tasks", (self.tasks,))
+        if self.max_queries < 1 or self.candidates < 1:
+            raise BadValueError(f"guard.max_queries ({self.max_queries}) and guard.candidates must be ≥ 1")
+
+
+def guard_split(task: str) -> str:
+    """The split a guard task is scored on: test, else dev, else all, else its last."""
+    from samtone_jax.tasks import catalogue
+
+    if task not in catalogue.loaders():
+        raise BadValueError(
+            f"guard.tasks: unknown task {task!r}; registered tasks: {', '.join(catalogue.task_names())}"
+        )
+    splits = catalogue.loaders()[task][1]
+    return next((s for s in ("test", "dev", "all") if s in splits), splits[-1])
+
+
+class Guard:
+    """params -> {'guard/<task>/<measure>': ..., 'guard/<task>/retention': ...} on each guard task."""
+
+    def __init__(self, settings: GuardSettings, training_task: str, model, mesh, vocabulary, lengths: tuple[int, int]):
+        from samtone_jax.evaluation.train_hook import RetrievalEval
+
+        if training_task in settings.tasks:
+            raise BadValueError(
+                f"guard.tasks names {training_task!r}, the task the run trains on: a guard measures what the model "
+                "keeps elsewhere; name tasks it does not train on"
+            )
+        self.settings, self.measure = settings, settings.measure
+        self.evals = {
+            task: RetrievalEval(
+                model,
+                mesh,
+                vocabulary,
+                task,
+                guard_split(task),
+                *lengths,
+                max_queries=settings.max_queries,
+                candidates=settings.candidates,
+                prefix=f"guard/{task}",
+            )
+            for task in settings.tasks
+        }
+        self.baseline: dict[str, float] | None = None
+        self.last: dict[str, float] = {}  # the latest scores (the run's summary)
+        for evaluator in self.evals.values():
+            names = sorted(str(m) for m in evaluator.measures)
+            if self.measure not in names:
+                raise BadValueError(f"guard.measure={self.measure!r} is not one of {names}")
+
+    def scores(self, params) -> dict[str, float]:
+        return {k: v for evaluator in self.evals.values() for k, v in evaluator(params).items()}
+
+    def start(self, params, model_dir: str) -> None:
+        """The starting model's scores: MODEL_DIR/guard.json's when a run recorded them, else measured
+        now on `params` (the parameters training starts from) and written there."""
+        path = paths.as_path(model_dir) / run_folders.GUARD
+        if path.exists():
+            recorded = json.loads(path.read_text())
+            if recorded.get("measure") == self.measure and set(recorded.get("baseline", {})) >= set(self.evals):
+                self.baseline = {t: recorded["baseline"][t] for t in self.evals}
+                return
+        scores = self.scores(params)
+        self.baseline = {task: scores[f"guard/{task}/{self.measure}"] for task in self.evals}
+        if jax.process_index() == 0:
+            record = {"measure": self.measure, "baseline": self.baseline, "settings": dataclasses.asdict(self.settings)}
+            write_atomic(path, json.dumps(record, indent=1))
+        log.info("guard: the starting model's %s: %s", self.measure, self.baseline)
+
+    def __call__(self, params) -> dict[str, float]:
+        metrics = self.scores(params)
+        for task, base in (self.baseline or {}).items():
+            metrics[f"guard/{task}/retention"] = (
+                metrics[f"guard/{task}/{self.measure}"] / base if base else float("nan")
+            )
+        return metrics
+
+    def summary(self, metrics: dict[str, float]) -> str:
+        """One line per guard task: the score, the starting model's, the retention."""
+        lines = []
+        for task, base in (self.baseline or {}).items():
+            now = metrics.get(f"guard/{task}/{self.measure}")
+            if now is not None:
+                kept = metrics[f"guard/{task}/retention"]
+                lines.append(f"guard {task}: {self.measure} {now:.4f} (start {base:.4f}), retention {kept:.1%}")
+        return "\n".join(lines)

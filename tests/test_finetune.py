@@ -1,0 +1,69 @@
+"""`samtone finetune`: import -> train (guarded) -> before / after on the held-out pairs and the guard
+-> export, in one command, each step skipped when a rerun finds it done."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import tiny_wordpiece_bert
+
+from samtone_jax.cli import gin_registry
+from samtone_jax.cli import main as cli
+
+
+@pytest.mark.slow
+def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet_env, capsys):
+    from samtone_jax.tasks import catalogue
+
+    gin_registry.parse([], [])
+    source = catalogue.collection("wordnet_definitions", "all")
+    pairs = source.pairs()
+    rows = [{"query": source.queries[q], "document": source.corpus[d]} for q, d in pairs]
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    other = [{"query": source.corpus[d], "document": source.queries[q]} for q, d in pairs]  # the other way round
+    (tmp_path / "other.jsonl").write_text("".join(json.dumps(r) + "\n" for r in other))
+    declared = tmp_path / "other.gin"
+    spec = {"format": "jsonl", "path": str(tmp_path / "other.jsonl"), "test_fraction": 0.5}
+    declared.write_text(f"local_tasks.tasks = {{'other': {spec!r}}}\n")
+    base = tiny_wordpiece_bert(tmp_path / "hf", source.texts())  # a Hugging Face BERT folder: imported first
+    out = tmp_path / "ft"
+    argv = [
+        "finetune",
+        f"--data={data}",
+        f"--base={base}",
+        f"--out={out}",
+        "--steps=2",
+        "--test_fraction=0.5",
+        f"--gin_file={declared}",
+        "--guard",
+        "other",
+        "--guard_queries=20",
+        "--guard_candidates=40",
+        "--gin.BATCH_SIZE=8",
+        "--gin.create_mesh.num_devices=1",
+    ]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    for folder in ("base", "run", "export"):
+        assert (out / folder / "commit_success.txt").exists() or (out / folder / "checkpoints").exists(), folder
+    assert (out / "run" / "guard.json").exists()
+    table = (out / "finetune.txt").read_text()
+    assert table in printed
+    lines = table.splitlines()
+    in_domain = [line for line in lines if line.startswith("finetune_data/test ")]
+    guard = [line for line in lines if line.startswith("other/test (guard)")]
+    assert [line.split()[1] for line in in_domain] == ["P@1", "RR"] and len(guard) == 2
+    for line in in_domain + guard:  # before, after, their difference; a p-value; after / before
+        cells = line.split()[-5:]
+        before, after, diff, p = map(float, cells[:4])
+        assert diff == pytest.approx(after - before, abs=2e-4) and 0 <= p <= 1
+        assert float(cells[4].rstrip("%")) / 100 == pytest.approx(after / before, abs=2e-3)
+    before_file = json.loads((out / "base" / "eval" / "finetune_data_test_q2000_call.json").read_text())
+    assert before_file["lengths"] == {"query": 64, "document": 64}  # served at the base's lengths
+    # Rerun: every step is found done; the same table, nothing recomputed.
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "base" / "eval").glob("*.json")}
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out.count(table) == 1
+    assert {p: p.stat().st_mtime_ns for p in (out / "base" / "eval").glob("*.json")} == stamps
