@@ -67,3 +67,19 @@ def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet
     assert cli.main(argv) == 0
     assert capsys.readouterr().out.count(table) == 1
     assert {p: p.stat().st_mtime_ns for p in (out / "base" / "eval").glob("*.json")} == stamps
+
+
+def test_finetune_refuses_what_it_cannot_measure_before_training(tmp_path, wordnet_env, capsys):
+    assert cli.main(["finetune", f"--out={tmp_path / 'a'}"]) == 2
+    assert "samtone finetune needs --data" in capsys.readouterr().err
+    data = tmp_path / "two.jsonl"
+    data.write_text('{"query": "a dog", "document": "a canine"}\n{"query": "a cat", "document": "a feline"}\n')
+    out = tmp_path / "ft"
+    argv = ["finetune", f"--data={data}", "--base=nowhere", f"--out={out}", "--test_fraction=0.0001", "--guard=none"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "finetune_data/test is empty" in err and len(err.strip().splitlines()) == 1
+    assert not (out / "run").exists()  # refused before anything trained
+    argv[argv.index("--test_fraction=0.0001")] = "--test_fraction=0.5"
+    assert cli.main(argv) == 2
+    assert "--base=nowhere: no such folder" in capsys.readouterr().err

@@ -119,12 +119,19 @@ def _split(task: str, bindings: list[str], args) -> str:
 
 
 def _step(argv: list[str], what: str) -> None:
-    from samtone_jax.cli import main as cli
-    from samtone_jax.core.errors import BadValueError
+    """One step, run as its mode would run `samtone <argv>`; its error is finetune's (the steps done
+    are kept: a rerun goes on from this one)."""
+    from samtone_jax.cli import evaluate, export, import_checkpoint, train
 
+    modes = {m.NAME: m for m in (import_checkpoint, train, evaluate, export)}
     log.info("finetune: %s", what)
-    if cli.main(argv) != 0:
-        raise BadValueError(f"the {what} step failed (its error is above); fix it and rerun: done steps are kept")
+    argv, bindings = flags.split_gin_overrides(argv)
+    mode = modes[argv[0]]
+    parser = argparse.ArgumentParser(prog=f"samtone {mode.NAME}")
+    mode.add_flags(parser)
+    args = parser.parse_args(argv[1:])
+    args.mode = mode.NAME
+    mode.run(args, bindings)
 
 
 def run(args, bindings) -> int:
@@ -140,8 +147,17 @@ def run(args, bindings) -> int:
     gin = [f"--gin_file={f}" for f in args.gin_file] + [f"--gin_bindings={b}" for b in declared]
     gin += [f"--gin_bindings={b}" for b in given if "." in b.split("=", 1)[0]]
     macros = [f"--gin_bindings={b}" for b in given if "." not in b.split("=", 1)[0]]
+    guards = _guards(args, task, declared)
+    splits = {name: _split(name, declared, args) for name in [task, *guards]}  # each read, before anything runs
     # 1. the base, as a samtone parameter checkpoint
     base = args.base
+    if base != pretrained.NAME and not paths.as_path(base).exists():
+        from samtone_jax.core.errors import MissingFileError
+
+        raise MissingFileError(
+            f"--base={base}: no such folder (expected {pretrained.NAME}, a sentence-transformers or Hugging Face "
+            "folder, or a samtone parameter checkpoint / export)"
+        )
     if base == pretrained.NAME or not _is_samtone(base):
         base = str(out / "base")
         if not (paths.as_path(base) / run_folders.COMMIT_MARKER).exists():
@@ -152,8 +168,6 @@ def run(args, bindings) -> int:
                 else "hf"
             )
             _step(["import-checkpoint", f"--format={fmt}", f"--checkpoint={src}", f"--out={base}"], "import")
-    guards = _guards(args, task, declared)
-    splits = {name: _split(name, declared, args) for name in [task, *guards]}  # each read, before training
     kind, base_dir, _ = reader.resolve(base)
     # 2. train
     run_dir = str(out / "run")
