@@ -80,6 +80,6 @@ def test_finetune_refuses_what_it_cannot_measure_before_training(tmp_path, wordn
     err = capsys.readouterr().err
     assert "finetune_data/test is empty" in err and len(err.strip().splitlines()) == 1
     assert not (out / "run").exists()  # refused before anything trained
-    argv[argv.index("--test_fraction=0.0001")] = "--test_fraction=0.5"
+    argv[argv.index("--test_fraction=0.0001")] = "--test_fraction=0.99"
     assert cli.main(argv) == 2
     assert "--base=nowhere: no such folder" in capsys.readouterr().err
