@@ -51,7 +51,10 @@ def test_a_guarded_run_records_the_starting_score_and_reports_retention(
     bert = (tiny_bert_import[0], imported)
     run = tmp_path / "run"
     guard = ["--guard=other", "--gin.guard.max_queries=20", "--gin.guard.candidates=40"]
-    argv = tiny_bert_train_argv(run, bert, steps=3, extra=[f"--gin_file={declared}", *guard])
+    # Evaluated at step 2 (the guard alone counts as an in-training evaluation) and at the end, step 3.
+    argv = tiny_bert_train_argv(
+        run, bert, steps=3, extra=[f"--gin_file={declared}", *guard, "--gin.train.eval_every=2"]
+    )
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     record = json.loads((run / "guard.json").read_text())
@@ -70,7 +73,9 @@ def test_a_guarded_run_records_the_starting_score_and_reports_retention(
     )
     # Resumed (here: complete, trained further), the starting score is the recorded one, not re-measured.
     (run / "guard.json").write_text(json.dumps({**record, "baseline": {"other": 0.5}}))
-    assert cli.main(tiny_bert_train_argv(run, bert, steps=4, extra=[f"--gin_file={declared}", *guard])) == 0
+    # (step 4 is evaluated by train.eval_every: the final line has its scores all the same)
+    extra = [f"--gin_file={declared}", *guard, "--gin.train.eval_every=2"]
+    assert cli.main(tiny_bert_train_argv(run, bert, steps=4, extra=extra)) == 0
     final = dict(re.findall(r"(guard/other/\w+) ([\d.e+-]+)", capsys.readouterr().out.splitlines()[-1]))
     assert float(final["guard/other/retention"]) == pytest.approx(float(final["guard/other/RR"]) / 0.5, rel=1e-3)
 

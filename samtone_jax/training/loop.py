@@ -168,9 +168,11 @@ def run(
             checkpointer.save(schedule.train_steps, state, force=True)
             if on_finish is not None:
                 evaluated = bool(evaluate and schedule.eval_every and schedule.train_steps % schedule.eval_every == 0)
-                finished = on_finish(state, evaluated and start < schedule.train_steps)
+                evaluated = evaluated and start < schedule.train_steps  # this process ran the last step's eval
+                finished = on_finish(state, evaluated)
                 if finished:
-                    progress.write_eval(schedule.train_steps, finished)
+                    if not evaluated:
+                        progress.write_eval(schedule.train_steps, finished)
                     final = finished
         if jax.process_index() == 0:
             write_atomic(paths.as_path(model_dir) / run_folders.OPERATIVE_CONFIG_GIN, gin.operative_config_str())

@@ -316,7 +316,8 @@ def train(
     schedule = loop.Schedule(
         train_steps, batch_size, checkpoint_every, keep_checkpoints, log_every, eval_every, on_corrupt_checkpoint
     )
-    evaluation = Evaluation(eval_every, eval_split, eval_batches, retrieval_eval_task, retrieval_eval_split)
+    guarded = bool(guard and guard.tasks)
+    evaluation = Evaluation(eval_every, eval_split, eval_batches, retrieval_eval_task, retrieval_eval_split, guarded)
     spec = InputSpec(vocabulary, query_length, doc_length, num_negatives, teacher_scores, teacher_guide)
     if quantized_precisions:  # before MODEL_DIR is written
         quantization_aware.check_start(quantized_precisions, init_checkpoint, run_folders.complete_steps(model_dir))
@@ -357,12 +358,13 @@ class Evaluation:
     batches: int = 4
     retrieval_task: str | None = None
     retrieval_split: str = "test"
+    guard: bool = False  # the guard's tasks (guard.tasks) are evaluated too
 
     def __post_init__(self):
-        if self.every and not (self.split or self.retrieval_task):
+        if self.every and not (self.split or self.retrieval_task or self.guard):
             raise BadValueError(
-                "train.eval_every is set but neither train.eval_split nor train.retrieval_eval_task is: name a "
-                "held-out split to evaluate on"
+                "train.eval_every is set but neither train.eval_split, train.retrieval_eval_task nor guard.tasks "
+                "is: name a held-out split or a guard task to evaluate on"
             )
         if (self.split or self.retrieval_task) and not self.every:
             raise BadValueError(
@@ -470,9 +472,10 @@ def fit(
             guarded.start(full_params(starting), model_dir)
 
         def on_finish(state, evaluated: bool):
-            metrics = None if evaluated else guarded(full_params(state))  # the last step's, unless just measured
-            log.info("%s", guarded.summary(metrics or guarded.last))
-            return metrics
+            if not evaluated:  # the last step's scores, unless its evaluation just measured them
+                guarded.last = guarded(full_params(state))
+            log.info("%s", guarded.summary(guarded.last))
+            return guarded.last
 
         return loop.run(
             model_dir,
