@@ -409,7 +409,7 @@ def test_a_checkpoint_write_error_leads_with_the_os_reason_found_anywhere_in_its
         ("--gin.train.packing_max_segments=0", "train.packing_max_segments = 0"),
         ("--gin.train.query_length=1", "train.query_length = 1"),
         ("--gin.train.num_negatives=-1", "train.num_negatives = -1"),
-        ("--gin.train.eval_every=2", "neither train.eval_split nor train.retrieval_eval_task"),
+        ("--gin.train.eval_every=2", "neither train.eval_split, train.retrieval_eval_task nor guard.tasks"),
         ("--gin.train.matryoshka_weights=(1.0,)", "train.matryoshka_weights needs train.matryoshka_dims"),
     ],
 )
