@@ -20,7 +20,7 @@ import argparse
 import logging
 import re
 
-from samtone_jax.cli import flags
+from samtone_jax.cli import flags, runtime
 
 log = logging.getLogger(__name__)
 
@@ -78,20 +78,13 @@ def _declare(args) -> tuple[str, list[str]]:
     return DATA_TASK, [f"local_tasks.tasks = {declared!r}"]
 
 
-def raise_missing(flag: str):
-    from samtone_jax.core.errors import BadValueError
-
-    raise BadValueError(f"samtone finetune needs {flag}")
-
-
-def _guards(args, task: str, bindings: list[str]) -> list[str]:
-    from samtone_jax.cli import gin_registry
+def _guards(args, task: str) -> list[str]:
+    """--guard's tasks, else the built-in ones not trained on whose data is here (gin parsed by run)."""
     from samtone_jax.core import paths
     from samtone_jax.tasks import catalogue
 
     if args.guard is not None:
         return [] if args.guard == ["none"] else flags.items(args.guard)
-    gin_registry.parse(args.gin_file, args.gin_bindings + bindings)
     found = []
     for name in GUARD_CANDIDATES:
         if name == task or name not in catalogue.loaders():
@@ -105,14 +98,12 @@ def _guards(args, task: str, bindings: list[str]) -> list[str]:
     return found
 
 
-def _split(task: str, bindings: list[str], args) -> str:
+def _split(task: str) -> str:
     """The split `task` is evaluated on (evaluation/guard.py's choice), read once now: an empty or
-    unreadable one is refused before anything trains."""
-    from samtone_jax.cli import gin_registry
+    unreadable one is refused before anything trains (gin parsed by run)."""
     from samtone_jax.evaluation.guard import guard_split
     from samtone_jax.tasks import catalogue
 
-    gin_registry.parse(args.gin_file, args.gin_bindings + bindings)
     split = guard_split(task)
     catalogue.collection(task, split)
     return split
@@ -135,20 +126,26 @@ def _step(argv: list[str], what: str) -> None:
 
 
 def run(args, bindings) -> int:
-    from samtone_jax.checkpoints import pretrained, reader
+    from samtone_jax.checkpoints import load_model_gin, pretrained, reader
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.config import gin_config
     from samtone_jax.core import paths, run_folders
+    from samtone_jax.core.atomic_file import write_atomic
+    from samtone_jax.models import families
 
-    runtime_required(args)
+    runtime.required(args, "out")
+    runtime.required(args, "data", "--data (a JSONL file of pairs, or a task name)")
     out = paths.as_path(args.out)
     task, declared = _declare(args)
+    gin_registry.parse(args.gin_file, args.gin_bindings + declared)  # what the checks below read
     # Every step reads your gin files and the data's declaration; macros (NAME = ...) set the training
     # recipe's, so they go to the train step alone (another step would refuse them as unused).
     given = [*args.gin_bindings, *bindings]
     gin = [f"--gin_file={f}" for f in args.gin_file] + [f"--gin_bindings={b}" for b in declared]
     gin += [f"--gin_bindings={b}" for b in given if "." in b.split("=", 1)[0]]
     macros = [f"--gin_bindings={b}" for b in given if "." not in b.split("=", 1)[0]]
-    guards = _guards(args, task, declared)
-    splits = {name: _split(name, declared, args) for name in [task, *guards]}  # each read, before anything runs
+    guards = _guards(args, task)
+    splits = {name: _split(name) for name in [task, *guards]}  # each read, before anything runs
     # 1. the base, as a samtone parameter checkpoint
     base = args.base
     if base != pretrained.NAME and not paths.as_path(base).exists():
@@ -168,13 +165,15 @@ def run(args, bindings) -> int:
                 else "hf"
             )
             _step(["import-checkpoint", f"--format={fmt}", f"--checkpoint={src}", f"--out={base}"], "import")
-    kind, base_dir, _ = reader.resolve(base)
+    _, base_dir, _ = reader.resolve(base)
     # 2. train
     run_dir = str(out / "run")
     train = ["train", f"--gin_file={base_dir}/{run_folders.MODEL_GIN}", f"--gin_file={RECIPE}", *gin, *macros]
     train += [f"--task={task}", f"--checkpoint={base}", f"--out={run_dir}", "--gin.train.split='train'"]
-    vocabulary = paths.as_path(base_dir) / run_folders.TOKENIZER
-    if vocabulary.exists():
+    family = families.of(gin_config.model_from_gin_text(load_model_gin(base_dir)).config)
+    names = (family.run_vocabulary, family.export_vocabulary)  # the import's copy of its vocabulary, or an export's
+    vocabulary = next((paths.as_path(base_dir) / n for n in names if (paths.as_path(base_dir) / n).exists()), None)
+    if vocabulary is not None:
         train.append(f"--vocabulary={vocabulary}")
     train += [f"--steps={args.steps}"] if args.steps else []
     train += [f"--learning_rate={args.learning_rate}"] if args.learning_rate else []
@@ -206,16 +205,9 @@ def run(args, bindings) -> int:
         _step(["export", f"--checkpoint={run_dir}", "--format=sentence-transformers", f"--out={export}"], "export")
     table = _table(rows, task)
     print(table)
-    (out / "finetune.txt").write_text(table + "\n")
+    write_atomic(out / "finetune.txt", table + "\n")
     print(f"the fine-tuned model: {run_dir} (samtone_jax.load), {export} (SentenceTransformer)")
     return 0
-
-
-def runtime_required(args) -> None:
-    if args.out is None:
-        raise_missing("--out")
-    if args.data is None:
-        raise_missing("--data (a JSONL file of pairs, or a task name)")
 
 
 def _is_samtone(path: str) -> bool:

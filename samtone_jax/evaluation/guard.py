@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 
 import gin
 import jax
@@ -55,6 +56,20 @@ def guard_split(task: str) -> str:
     return next((s for s in ("test", "dev", "all") if s in splits), splits[-1])
 
 
+def for_run(
+    settings: GuardSettings | None, training_task: str, model, mesh, vocabulary: str | None, lengths: tuple[int, int]
+) -> Guard | None:
+    """A run's guard at the lengths the model is served at (serving_lengths.current over the training
+    `lengths`), or None when no guard task is set."""
+    if settings is None or not settings.tasks:
+        return None
+    from samtone_jax.data import vocab as vocab_lib
+    from samtone_jax.inference import serving_lengths
+
+    served = serving_lengths.current(lengths)
+    return Guard(settings, training_task, model, mesh, vocab_lib.tokens(vocabulary), served)
+
+
 class Guard:
     """params -> {'guard/<task>/<measure>': ..., 'guard/<task>/retention': ...} on each guard task."""
 
@@ -91,16 +106,16 @@ class Guard:
     def scores(self, params) -> dict[str, float]:
         return {k: v for evaluator in self.evals.values() for k, v in evaluator(params).items()}
 
-    def start(self, params, model_dir: str) -> None:
+    def start(self, starting_params: Callable[[], dict], model_dir: str) -> None:
         """The starting model's scores: MODEL_DIR/guard.json's when a run recorded them, else measured
-        now on `params` (the parameters training starts from) and written there."""
+        now on `starting_params()` (the parameters training starts from; only called then) and written there."""
         path = paths.as_path(model_dir) / run_folders.GUARD
         if path.exists():
             recorded = json.loads(path.read_text())
             if recorded.get("measure") == self.measure and set(recorded.get("baseline", {})) >= set(self.evals):
                 self.baseline = {t: recorded["baseline"][t] for t in self.evals}
                 return
-        scores = self.scores(params)
+        scores = self.scores(starting_params())
         self.baseline = {task: scores[f"guard/{task}/{self.measure}"] for task in self.evals}
         if jax.process_index() == 0:
             record = {"measure": self.measure, "baseline": self.baseline, "settings": dataclasses.asdict(self.settings)}
@@ -114,6 +129,25 @@ class Guard:
                 metrics[f"guard/{task}/{self.measure}"] / base if base else float("nan")
             )
         return metrics
+
+    def around(self, evaluate, params_of):
+        """The in-training evaluation `evaluate(state)` (None: none) with the guard's metrics beside it;
+        `params_of(state)` gives the parameters to score."""
+
+        def evaluated(state):
+            metrics = dict(evaluate(state)) if evaluate is not None else {}
+            self.last = self(params_of(state))
+            return metrics | self.last
+
+        return evaluated
+
+    def finish(self, params, evaluated: bool) -> dict[str, float]:
+        """The end of the run: the last step's scores (measured now unless its evaluation just did),
+        logged as one line a task."""
+        if not evaluated:
+            self.last = self(params)
+        log.info("%s", self.summary(self.last))
+        return self.last
 
     def summary(self, metrics: dict[str, float]) -> str:
         """One line per guard task: the score, the starting model's, the retention."""

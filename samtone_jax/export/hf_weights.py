@@ -51,7 +51,7 @@ def hf_model(tower: dict, config, attention: str | None = None):
     state |= {
         k: np.zeros(v.shape, np.float32)
         for k, v in model.state_dict().items()
-        if k.startswith(family.hf_zero_prefixes) and family.hf_zero_prefixes
+        if k.startswith(family.hf_zero_prefixes)  # () matches nothing
     }
     state = {k: torch.from_numpy(v) for k, v in state.items()}
     if set(state) != expected:

@@ -32,7 +32,8 @@ from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.data import vocab as vocab_lib
 from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.data.input_spec import InputSpec
-from samtone_jax.evaluation.guard import Guard, GuardSettings
+from samtone_jax.evaluation import guard as guard_lib
+from samtone_jax.evaluation.guard import GuardSettings
 from samtone_jax.inference import serving_lengths
 from samtone_jax.models import families, init_params, partitioning
 from samtone_jax.models import lora as lora_lib
@@ -435,7 +436,8 @@ def fit(
     evaluate = _evaluator(model, mesh, loss_fn, inputs, evaluation)
     tx, lr_schedule = optimizer.make(train_steps=schedule.train_steps, adapters=bool(model.lora_rank))
     serving_lengths.inherit(init_checkpoint)  # served as the model it starts from was (its config.gin says)
-    guarded = _guard(guard, inputs, model, mesh)
+    spec = inputs.spec
+    guarded = guard_lib.for_run(guard, inputs.task, model, mesh, spec.vocabulary, (spec.query_length, spec.doc_length))
     with loop.run_directory(model_dir, model, schedule, gin.config_str()) as model_dir:
         if jax.process_index() == 0:
             _keep_vocabulary(inputs.spec.vocabulary, model_dir)
@@ -465,17 +467,14 @@ def fit(
             return initial_state(model, tx, mesh, inputs.seed, init, rules, ema=ema_decay is not None)
 
         if guarded is not None:
-            evaluate = _with_guard(evaluate, guarded)
+            evaluate = guarded.around(evaluate, full_params)
 
         def on_start(state, start: int):  # the starting model's guard scores: recorded, or measured now
-            starting = state if start == 0 else init_state(True)  # (a guard added on resume: INIT_CHECKPOINT's)
-            guarded.start(full_params(starting), model_dir)
+            # (a guard added to a resumed run scores INIT_CHECKPOINT, loaded only then)
+            guarded.start(lambda: full_params(state if start == 0 else init_state(True)), model_dir)
 
         def on_finish(state, evaluated: bool):
-            if not evaluated:  # the last step's scores, unless its evaluation just measured them
-                guarded.last = guarded(full_params(state))
-            log.info("%s", guarded.summary(guarded.last))
-            return guarded.last
+            return guarded.finish(full_params(state), evaluated)
 
         return loop.run(
             model_dir,
@@ -487,25 +486,6 @@ def fit(
             on_start=on_start if guarded is not None else None,
             on_finish=on_finish if guarded is not None else None,
         )
-
-
-def _guard(settings: GuardSettings | None, inputs: TrainInputs, model, mesh) -> Guard | None:
-    """The run's guard (evaluation/guard.py) at the lengths the model is served at, or None."""
-    if settings is None or not settings.tasks:
-        return None
-    lengths = serving_lengths.current((inputs.spec.query_length, inputs.spec.doc_length))
-    return Guard(settings, inputs.task, model, mesh, vocab_lib.tokens(inputs.spec.vocabulary), lengths)
-
-
-def _with_guard(evaluate, guard: Guard):
-    """The in-training evaluation with the guard's metrics beside it (the guard alone without one)."""
-
-    def evaluated(state):
-        metrics = dict(evaluate(state)) if evaluate is not None else {}
-        guard.last = guard(full_params(state))
-        return metrics | guard.last
-
-    return evaluated
 
 
 def _evaluator(model, mesh, loss_fn, inputs: TrainInputs, evaluation: Evaluation):
