@@ -15,7 +15,7 @@ at scale 20 (τ 0.05). Optimizer: Adafactor on both sides (optax with T5X's sett
 Adafactor with the same: parameter scale, clipping 1, decay 0.8), lr 1e-3.
 
 Arms after one untimed pass over every batch (every shape compiled, kernels warm):
-  packed   ours, train.packing (rows of up to 8 texts, row counts with the floor of the first batches)
+  packed   ours, packing.enabled (rows of up to 8 texts, row counts with the floor of the first batches)
   fixed    ours, every text padded to 32 / 48
   st       sentence-transformers: SentenceTransformer.forward + the loss + backward + optimizer step
 

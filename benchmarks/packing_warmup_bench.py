@@ -1,5 +1,5 @@
 """The first 100 steps of a real run: fixed-length vs packed (each row count compiled when it first
-appears) vs packed with the row floor (train.packing_row_sample, the default), one fresh process per
+appears) vs packed with the row floor (packing.row_sample, the default), one fresh process per
 arm, run one after another on the same machine.
 
 The run: `samtone train` with runs/demo_cpu.gin on WordNet, the model made train_step_bench.py's
@@ -28,9 +28,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parent.parent
 SHAPE = dict(emb_dim=512, num_heads=8, head_dim=64, mlp_dim=1024, num_layers=4)  # train_step_bench.SHAPE's
 ARMS = {
-    "fixed": ["--gin.train.packing=False"],
-    "packed-free": ["--gin.train.packing=True", "--gin.train.packing_row_sample=0"],
-    "packed": ["--gin.train.packing=True"],
+    "fixed": ["--gin.packing.enabled=False"],
+    "packed-free": ["--gin.packing.enabled=True", "--gin.packing.row_sample=0"],
+    "packed": ["--gin.packing.enabled=True"],
 }
 
 
@@ -69,8 +69,8 @@ def one_arm(arm: str, steps: int, batch: int, vocab: str, out: str) -> None:
             f"--gin.VOCABULARY='{vocab}'",
             f"--gin.TRAIN_STEPS={steps}",
             f"--gin.BATCH_SIZE={batch}",
-            "--gin.train.log_every=1",
-            f"--gin.train.checkpoint_every={steps * 10}",
+            "--gin.schedule.log_every=1",
+            f"--gin.schedule.checkpoint_every={steps * 10}",
             "--gin.T5Config.vocab_size=8000",
             *(f"--gin.T5Config.{k}={v}" for k, v in SHAPE.items()),
             *ARMS[arm],

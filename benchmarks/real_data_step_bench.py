@@ -12,7 +12,7 @@ the demo's vocabulary (runs/demo_t5/vocab.model; built from the task's text when
 Arms, interleaved batch by batch after one untimed pass over every batch (compiles every row count
 the packed arm meets; sentence-transformers' kernels warm up):
 
-  packed   train.packing: each batch's texts packed first-fit decreasing into rows (data/packing.py)
+  packed   packing.enabled: each batch's texts packed first-fit decreasing into rows (data/packing.py)
   fixed    today's default: every text padded to its side's length
   st       sentence-transformers 6.2 (train_step_bench.py's model and loss), inputs cut to the
            batch's longest text (its own padding)
@@ -176,7 +176,7 @@ def main():
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--max_segments", type=int, default=8)
-    parser.add_argument("--row_bits", type=int, default=3, help="train.packing_row_bits")
+    parser.add_argument("--row_bits", type=int, default=3, help="packing.row_bits")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--skip", nargs="*", default=[], help="st")
     args = parser.parse_args()

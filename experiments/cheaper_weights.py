@@ -3,7 +3,7 @@ WordNet with SamToNe (query side), the budget of pretrained_peer.py (batch 64, 2
 transformers' settings, τ 0.05, 3 seeds, the same batches per seed).
 
   full        every parameter trained, lr 5e-5 (pretrained_peer.py's samtone_query arm), with
-              train.ema_decay 0.99 tracked beside it
+              step.ema_decay 0.99 tracked beside it
   lora8       LoRA rank 8 on every attention and MLP projection (sde: one adapter), the projection
               trained too, the tower frozen; lr --lora_learning_rate (LoRA's usual 10x)
   lora32      the same at rank 32
@@ -33,7 +33,7 @@ from pretrained_peer import TASKS, import_minilm, train_ours
 
 LOSS = "losses/samtone_query.gin"
 ARMS = {  # arm -> (extra train flags, uses the LoRA learning rate)
-    "full": (["--gin.train.ema_decay=0.99"], False),
+    "full": (["--gin.step.ema_decay=0.99"], False),
     "lora8": (["--gin.DualEncoder.lora_rank=8"], True),
     "lora32": (["--gin.DualEncoder.lora_rank=32"], True),
     "ade_lora8": (["--gin.DualEncoder.architecture='ade_lora'", "--gin.DualEncoder.lora_rank=8"], True),

@@ -118,8 +118,8 @@ def train_args(
         f"--gin.train.doc_length={doc_length}",
         f"--gin.train.vocabulary='{vocab}'",
         f"--gin.adafactor.learning_rate={lr}",
-        "--gin.train.log_every=50",
-        f"--gin.train.checkpoint_every={steps}",
+        "--gin.schedule.log_every=50",
+        f"--gin.schedule.checkpoint_every={steps}",
         *extra,
     ]
 

@@ -4,8 +4,8 @@ compressed: post-hoc quantization of the plain fine-tune vs quantization-aware t
 per-query scores.
 
   posthoc     the plain fine-tune (pretrained_peer.py's samtone_query arm, the same budget)
-  qat_binary  + train.quantized_precisions = ('float32', 'binary')
-  qat_all     + train.quantized_precisions = ('float32', 'int8', 'binary')
+  qat_binary  + objective.quantized_precisions = ('float32', 'binary')
+  qat_all     + objective.quantized_precisions = ('float32', 'int8', 'binary')
 
 Every arm is then calibrated (`samtone calibrate`: int8 ranges from 10,000 training documents, for
 the full and a truncated dimension) and evaluated with `samtone eval --precisions float32,int8,binary
@@ -41,8 +41,8 @@ from pretrained_peer import TASKS, import_minilm, train_ours
 
 ARMS = {
     "posthoc": [],
-    "qat_binary": ["--gin.train.quantized_precisions=('float32', 'binary')"],
-    "qat_all": ["--gin.train.quantized_precisions=('float32', 'int8', 'binary')"],
+    "qat_binary": ["--gin.objective.quantized_precisions=('float32', 'binary')"],
+    "qat_all": ["--gin.objective.quantized_precisions=('float32', 'int8', 'binary')"],
 }
 TOWERS = {  # tower -> (task, eval split, full dimension, truncated dimension, budget: steps, learning rate)
     "minilm": ("wordnet_definitions", TASKS["wordnet_definitions"][2], 384, 128, 200, 5e-5),

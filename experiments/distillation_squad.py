@@ -37,7 +37,7 @@ TEACHER_MODEL = ["--gin.T5Config.emb_dim=128", "--gin.T5Config.head_dim=32", "--
 
 def _arm_args(name, bm25_scores, dense_scores):
     """(loss gin, extra gin bindings) of each arm."""
-    negatives = [f"--gin.hard_negatives_file.path='{bm25_scores}'", f"--gin.train.num_negatives={K}"]
+    negatives = [f"--gin.hard_negatives_file.path='{bm25_scores}'", f"--gin.inputs.num_negatives={K}"]
     return {
         "baseline": ("losses/samtone_query.gin", []),
         "negatives": ("losses/samtone_query.gin", negatives),
@@ -45,13 +45,13 @@ def _arm_args(name, bm25_scores, dense_scores):
         "kl": ("losses/samtone_query.gin", [*negatives, "--gin_file=losses/distill_kl.gin"]),
         "guided": (
             "losses/samtone_query.gin",
-            [*negatives, "--gin.train.teacher_guide=@FalseNegativeFilter()", "--gin.FalseNegativeFilter.margin=0.0"],
+            [*negatives, "--gin.inputs.teacher_guide=@FalseNegativeFilter()", "--gin.FalseNegativeFilter.margin=0.0"],
         ),
         "dense_kl": (
             "losses/samtone_query.gin",
             [
                 f"--gin.hard_negatives_file.path='{dense_scores}'",
-                f"--gin.train.num_negatives={K}",
+                f"--gin.inputs.num_negatives={K}",
                 "--gin_file=losses/distill_kl.gin",
                 "--gin.distillation_loss.teacher_temperature=0.05",  # the teacher's cosines on its training scale
             ],

@@ -71,8 +71,8 @@ def main():
             extra = [
                 "--gin.adafactor.warmup_steps=50",
                 f"--gin.train.seed={seed}",
-                f"--gin.train.shuffle_block_size={args.block}",
-                f"--gin.train.id_masking={masked}",
+                f"--gin.inputs.shuffle_block_size={args.block}",
+                f"--gin.inputs.id_masking={masked}",
             ]
             argv = train_args(
                 f"{out}/{name}",

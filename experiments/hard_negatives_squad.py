@@ -115,7 +115,7 @@ def main():
             "losses/star_listwise.gin",
             [
                 f"--gin.train.init_checkpoint='{base}'",
-                "--gin.train.num_negatives=2",
+                "--gin.inputs.num_negatives=2",
                 f"--gin.hard_negatives_file.path='{negatives}'",
             ],
         ),

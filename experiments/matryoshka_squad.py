@@ -25,7 +25,7 @@ from common import build_vocab, experiment_parser, parse_into_folder, samtone, s
 
 TASK = "multireqa_squad_dev"
 DIMS = (8, 16, 32)  # and the full 64
-ARMS = {"plain": [], "matryoshka": ["--gin.train.matryoshka_dims=(8, 16, 32, 64)"]}
+ARMS = {"plain": [], "matryoshka": ["--gin.objective.matryoshka_dims=(8, 16, 32, 64)"]}
 
 
 def eval_files(model_dir: str, steps: int) -> dict:

@@ -5,7 +5,7 @@ The mixture `offline_mixture` (wordnet_definitions + multireqa_squad_dev's artic
 the loss comparison's mini SDE trained from scratch on a vocabulary built over both tasks (300 steps ×
 batch 64, τ 0.05, query-side SamToNe, seeds 0-2), three arms with the same budget:
   mixed        seqio's mixture: every batch mixes examples of both tasks (today's default)
-  homogeneous  train.task_batches = @TaskBatches(): every batch from one task, drawn 1 : 1
+  homogeneous  inputs.task_batches = @TaskBatches(): every batch from one task, drawn 1 : 1
   prompted     homogeneous, and each task's texts carry its own prompts (prompts.per_task), which
                `samtone eval` applies to the task it evaluates
 Every run is evaluated on both test sets (WordNet: its test senses' examples against every
@@ -30,8 +30,8 @@ TEST_SETS = ("wordnet_definitions", "multireqa_squad_dev")
 PROMPTS = "{'wordnet_definitions': ('example: ', 'definition: '), 'multireqa_squad_dev': ('question: ', 'sentence: ')}"
 ARMS = {
     "mixed": [],
-    "homogeneous": ["--gin.train.task_batches=@TaskBatches()"],
-    "prompted": ["--gin.train.task_batches=@TaskBatches()", f"--gin.prompts.per_task={PROMPTS}"],
+    "homogeneous": ["--gin.inputs.task_batches=@TaskBatches()"],
+    "prompted": ["--gin.inputs.task_batches=@TaskBatches()", f"--gin.prompts.per_task={PROMPTS}"],
 }
 MEASURES = ("P@1", "RR")
 

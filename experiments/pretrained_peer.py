@@ -20,7 +20,7 @@ then decay to 0; ours: gin optimizer.kind = 'adamw'), lr 5e-5, scale 20 (τ 0.05
   samtone_query   ours, losses/samtone_query.gin (the paper's default)
   samtone_doc     ours, losses/samtone_doc.gin
   samtone_both    ours, losses/samtone_both.gin
-  samtone_query_no_ids   samtone_query with train.id_masking = False
+  samtone_query_no_ids   samtone_query with inputs.id_masking = False
   zero_shot       the pretrained model, not fine-tuned (one row, no seeds)
 
 Each arm is evaluated by `samtone eval` (a sentence-transformers arm after `import-checkpoint`):
@@ -56,7 +56,7 @@ OURS = {
     "samtone_query": ("losses/samtone_query.gin", []),
     "samtone_doc": ("losses/samtone_doc.gin", []),
     "samtone_both": ("losses/samtone_both.gin", []),
-    "samtone_query_no_ids": ("losses/samtone_query.gin", ["--gin.train.id_masking=False"]),
+    "samtone_query_no_ids": ("losses/samtone_query.gin", ["--gin.inputs.id_masking=False"]),
 }
 ARMS = (*ST_DIRECTIONS, *OURS)
 # (query length, document length, eval split, eval sample flags)
@@ -149,13 +149,13 @@ def train_ours(out, name, init, args, seed, loss_gin, extra=()):
         f"--gin.train.query_length={query_length}",
         f"--gin.train.doc_length={doc_length}",
         f"--gin.train.vocabulary='{init}/tokenizer.json'",
-        "--gin.train.packing=True",
+        "--gin.packing.enabled=True",
         "--gin.optimizer.kind='adamw'",
         f"--gin.adamw.learning_rate={args.learning_rate}",
         f"--gin.adamw.warmup_steps={int(WARMUP * args.steps)}",
         f"--gin.adamw.weight_decay={WEIGHT_DECAY}",
-        "--gin.train.log_every=50",
-        f"--gin.train.checkpoint_every={args.steps}",
+        "--gin.schedule.log_every=50",
+        f"--gin.schedule.checkpoint_every={args.steps}",
         *extra,
         log=f"{out}/{name}_train.log",
     )

@@ -158,7 +158,7 @@ def _steps(model_dir):
 def test_9_a_corrupt_latest_checkpoint_falls_back_or_fails_in_one_paragraph(wordnet_env, tmp_path, capsys):
     wn, vocab = wordnet_env
     model_dir = tmp_path / "run"
-    every = ["--gin.train.checkpoint_every=2"]
+    every = ["--gin.schedule.checkpoint_every=2"]
     assert cli.main(tiny_train_argv(model_dir, vocab, steps=4, extra=every)) == 0
     assert _steps(model_dir) == [2, 4]
     # Truncated array files in the latest step: the run resumes from step 2, and says so.
@@ -180,7 +180,7 @@ def test_9_a_corrupt_latest_checkpoint_falls_back_or_fails_in_one_paragraph(word
     assert _steps(model_dir)[-1] == 5
     # A missing metadata file with on_corrupt_checkpoint='fail': one short error naming the step dir.
     (model_dir / "checkpoints" / "5" / "state" / "_METADATA").unlink()
-    argv = tiny_train_argv(model_dir, vocab, steps=6, extra=[*every, "--gin.train.on_corrupt_checkpoint='fail'"])
+    argv = tiny_train_argv(model_dir, vocab, steps=6, extra=[*every, "--gin.schedule.on_corrupt_checkpoint='fail'"])
     capsys.readouterr()
     assert cli.main(argv) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("samtone train: error:")]
@@ -365,7 +365,7 @@ def test_disk_full_during_a_checkpoint_is_one_line_with_the_cause_and_the_last_c
     import sys
 
     with small_disk(tmp_path / "small", "1000k", "a disk that fills after a checkpoint or two") as small:
-        argv = tiny_train_argv(small / "run", wordnet_env[1], steps=6, extra=["--gin.train.checkpoint_every=1"])
+        argv = tiny_train_argv(small / "run", wordnet_env[1], steps=6, extra=["--gin.schedule.checkpoint_every=1"])
         done = subprocess.run(
             [sys.executable, "-m", "samtone_jax.cli.main", *argv],
             capture_output=True,
@@ -405,19 +405,19 @@ def test_a_checkpoint_write_error_leads_with_the_os_reason_found_anywhere_in_its
 @pytest.mark.parametrize(
     ("override", "said"),
     [
-        ("--gin.train.packing=True", None),  # the control: this one trains (checked below)
-        ("--gin.train.packing_max_segments=0", "train.packing_max_segments = 0"),
+        ("--gin.packing.enabled=True", None),  # the control: this one trains (checked below)
+        ("--gin.packing.max_segments=0", "packing.max_segments = 0"),
         ("--gin.train.query_length=1", "train.query_length = 1"),
-        ("--gin.train.num_negatives=-1", "train.num_negatives = -1"),
-        ("--gin.train.eval_every=2", "neither train.eval_split, train.retrieval_eval_task nor guard.tasks"),
-        ("--gin.train.matryoshka_weights=(1.0,)", "train.matryoshka_weights needs train.matryoshka_dims"),
+        ("--gin.inputs.num_negatives=-1", "inputs.num_negatives = -1"),
+        ("--gin.schedule.eval_every=2", "neither train_eval.split, train_eval.retrieval_task nor guard.tasks"),
+        ("--gin.objective.matryoshka_weights=(1.0,)", "objective.matryoshka_weights needs objective.matryoshka_dims"),
     ],
 )
 def test_settings_that_cannot_run_are_refused_before_model_dir_is_written(
     wordnet_env, tmp_path, capsys, override, said
 ):
     model_dir = tmp_path / "run"
-    extra = [override] if said is None else [override, "--gin.train.packing=True"]
+    extra = [override] if said is None else [override, "--gin.packing.enabled=True"]
     code = cli.main(tiny_train_argv(model_dir, wordnet_env[1], steps=1, extra=extra))
     if said is None:
         assert code == 0 and (model_dir / "checkpoints" / "1").is_dir()
@@ -503,8 +503,8 @@ def test_issue35_a_mixture_member_without_hard_negatives_fails_at_start_up_not_w
         *_own_pairs(tmp_path, 40),
         "--gin.mixtures.declared={'mix': ['wordnet_definitions', 'own']}",
         "--gin.train.task='mix'",
-        "--gin.train.task_batches=@TaskBatches()",
-        "--gin.train.num_negatives=2",
+        "--gin.inputs.task_batches=@TaskBatches()",
+        "--gin.inputs.num_negatives=2",
         f"--gin.hard_negatives_file.path='{negatives}'",
     ]
     model_dir = tmp_path / "run"
@@ -516,17 +516,17 @@ def test_issue35_a_mixture_member_without_hard_negatives_fails_at_start_up_not_w
 @pytest.mark.parametrize(
     "extra, said",
     [
-        (["--gin.train.task='own'", "--gin.train.split='all'"], "train.batch_size = 8 is larger than own/all's 5"),
+        (["--gin.train.task='own'", "--gin.inputs.split='all'"], "train.batch_size = 8 is larger than own/all's 5"),
         (
-            ["--gin.train.num_negatives=1", "--gin.hard_negatives_file.path='{folder}'"],
+            ["--gin.inputs.num_negatives=1", "--gin.hard_negatives_file.path='{folder}'"],
             "is a folder; a file is expected",
         ),
         # read at the first eval, or the first step, before: hours in
         (
-            ["--gin.train.eval_every=1", "--gin.train.eval_split='dev'"],
+            ["--gin.schedule.eval_every=1", "--gin.train_eval.split='dev'"],
             "task 'wordnet_definitions' has splits ('train', 'test', 'all'); got 'dev'",
         ),
-        (["--gin.train.eval_every=1", "--gin.train.retrieval_eval_task='no_such_task'"], "no_such_task"),
+        (["--gin.schedule.eval_every=1", "--gin.train_eval.retrieval_task='no_such_task'"], "no_such_task"),
         (["--gin.train.init_checkpoint='{folder}/nothing'"], "nothing does not exist"),
         (["--gin.train.init_checkpoint='{trained}'", "--gin.VOCAB_SIZE=120"], "does not fit the gin model"),
     ],

@@ -275,15 +275,15 @@ def test_a_bert_tower_trains_packed_from_an_import_then_loads_evaluates_and_expo
         "--gin.TEMPERATURE=0.05",
         f"--gin.train.model_dir='{run}'",
         "--gin.train.task='wordnet_definitions'",
-        "--gin.train.split='all'",
+        "--gin.inputs.split='all'",
         "--gin.train.train_steps=2",
         "--gin.train.batch_size=8",
         "--gin.train.query_length=12",
         "--gin.train.doc_length=16",
         f"--gin.train.vocabulary='{hf}/tokenizer.json'",
         f"--gin.train.init_checkpoint='{init}'",
-        "--gin.train.packing=True",
-        "--gin.train.log_every=1",
+        "--gin.packing.enabled=True",
+        "--gin.schedule.log_every=1",
         "--gin.create_mesh.num_devices=1",
     ]
     assert cli.main(argv) == 0
@@ -324,7 +324,7 @@ def test_the_demo_fine_tunes_an_import_and_tables_it_before_and_after(wordnet_en
     hf = tiny_wordpiece_bert(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
     init = tmp_path / "init"
     assert cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={hf}", f"--out={init}"]) == 0
-    bindings = ["TRAIN_STEPS = 3", "BATCH_SIZE = 8", "train.log_every = 1", "train.checkpoint_every = 3"]
+    bindings = ["TRAIN_STEPS = 3", "BATCH_SIZE = 8", "schedule.log_every = 1", "schedule.checkpoint_every = 3"]
     bindings += ["adafactor.warmup_steps = 1", "create_mesh.num_devices = 1"]
     kwargs = dict(eval_queries=3, candidates=20, model_dir=str(tmp_path / "demo"), init_checkpoint=str(init))
     assert demo.main((), bindings, tower="minilm", **kwargs) == 0

@@ -36,8 +36,8 @@ def test_bert_packing_gradcache_matryoshka_prompts(tiny_bert_import, wordnet_env
     run = tmp_path / "run"
     chunks = _counting(monkeypatch, grad_cache, "loss_and_grads")
     extra = [
-        "--gin.train.grad_cache_chunk_size=4",
-        "--gin.train.matryoshka_dims=(8, 16)",
+        "--gin.step.grad_cache_chunk_size=4",
+        "--gin.objective.matryoshka_dims=(8, 16)",
         "--gin.prompts.query='example: '",
         "--gin.prompts.document='definition: '",
     ]
@@ -61,10 +61,10 @@ def test_bert_task_batches_over_a_mixture_with_per_task_prompts_then_mining(
         f"--gin.local_tasks.tasks={{'own': {{'format': 'jsonl', 'path': '{pairs}'}}}}",
         "--gin.mixtures.declared={'mix': ['wordnet_definitions', 'own']}",
         "--gin.train.task='mix'",
-        "--gin.train.task_batches=@TaskBatches()",
+        "--gin.inputs.task_batches=@TaskBatches()",
         "--gin.prompts.per_task={'own': ('dog: ', 'canine: ')}",
         "--gin.train.train_steps=6",
-        "--gin.train.log_every=6",  # the final means cover every step
+        "--gin.schedule.log_every=6",  # the final means cover every step
     ]
     assert cli.main(tiny_bert_train_argv(run, tiny_bert_import, extra=extra)) == 0
     final = _final(capsys.readouterr().out)
@@ -85,11 +85,11 @@ def test_t5_distillation_with_guided_negatives_fsdp_and_scanned_layers(wordnet_e
     assert cli.main(argv) == 0
     extra = [
         f"--gin.hard_negatives_file.path='{scores}'",
-        "--gin.train.num_negatives=2",
-        "--gin.train.teacher_scores=True",
-        "--gin.train.distillation_weight=1.0",
+        "--gin.inputs.num_negatives=2",
+        "--gin.inputs.teacher_scores=True",
+        "--gin.objective.distillation_weight=1.0",
         "--gin_file=losses/distill_margin_mse.gin",
-        "--gin.train.teacher_guide=@FalseNegativeFilter()",
+        "--gin.inputs.teacher_guide=@FalseNegativeFilter()",
         "--gin.FalseNegativeFilter.margin=0.0",
         "--gin.logical_rules.fsdp=True",
         "--gin.T5Config.scan_layers=True",

@@ -108,7 +108,7 @@ def test_shuffle_blocks_keep_consecutive_examples_together(fixture_tasks):
             assert block == list(range(block[0], block[0] + 4)) and block[0] % 4 == 0
     starts = [position[q] for b in batches for q in b["query_id"][::4].tolist()]
     assert starts[:11] != sorted(starts[:11])  # the blocks themselves are shuffled
-    with pytest.raises(ValueError, match="shuffle_block_size=4 must be >= 1, and > 1 needs train.data_shards=1"):
+    with pytest.raises(ValueError, match="shuffle_block_size=4 must be >= 1, and > 1 needs inputs.data_shards=1"):
         _batches(1, shuffle_block_size=4, data_shards=2)
 
 
@@ -300,9 +300,9 @@ def test_training_on_task_homogeneous_batches_logs_each_tasks_loss(fixture_tasks
     _mixture()
     extra = [
         "--gin.train.task='test_two_tasks'",
-        "--gin.train.split='train'",
+        "--gin.inputs.split='train'",
         "--gin.train.train_steps=8",
-        "--gin.train.task_batches=@TaskBatches()",
+        "--gin.inputs.task_batches=@TaskBatches()",
         "--gin.TaskBatches.batch_sizes={'msmarco_passage': 2}",
     ]
     # 8 data-parallel devices cannot split MS MARCO's 2 pairs: said at the first batch, before any step

@@ -1,4 +1,4 @@
-"""The parameters' exponential moving average (train.ema_decay): the update rule between saved
+"""The parameters' exponential moving average (step.ema_decay): the update rule between saved
 steps, a resume that ends bit-identical to the straight run, the in-training eval of both weights,
 the export of the average, and the refusals."""
 
@@ -32,12 +32,12 @@ def _leaves(tree):
 def test_moving_average_rule_resume_eval_and_export(wordnet_env, tmp_path, capsys):
     run = tmp_path / "run"
     extra = [
-        f"--gin.train.ema_decay={DECAY}",
-        "--gin.train.checkpoint_every=1",
-        "--gin.train.keep_checkpoints=5",
-        "--gin.train.eval_every=2",
-        "--gin.train.retrieval_eval_task='wordnet_definitions'",
-        "--gin.train.retrieval_eval_split='all'",
+        f"--gin.step.ema_decay={DECAY}",
+        "--gin.schedule.checkpoint_every=1",
+        "--gin.schedule.keep_checkpoints=5",
+        "--gin.schedule.eval_every=2",
+        "--gin.train_eval.retrieval_task='wordnet_definitions'",
+        "--gin.train_eval.retrieval_split='all'",
     ]
     assert cli.main(tiny_train_argv(run, wordnet_env[1], steps=4, extra=extra)) == 0
     out = capsys.readouterr().out
@@ -90,10 +90,10 @@ def test_a_decay_outside_0_1_and_ema_weights_of_a_run_without_them_are_refused(
     trained_run, wordnet_env, tmp_path, capsys
 ):
     model_dir = tmp_path / "run"
-    assert cli.main(tiny_train_argv(model_dir, wordnet_env[1], extra=["--gin.train.ema_decay=1.5"])) == 2
-    assert "train.ema_decay must lie in (0, 1)" in capsys.readouterr().err
+    assert cli.main(tiny_train_argv(model_dir, wordnet_env[1], extra=["--gin.step.ema_decay=1.5"])) == 2
+    assert "step.ema_decay must lie in (0, 1)" in capsys.readouterr().err
     assert not model_dir.exists()
-    with pytest.raises(MissingFileError, match="trained without train.ema_decay"):
+    with pytest.raises(MissingFileError, match="trained without step.ema_decay"):
         samtone_jax.load(str(trained_run), weights="ema")
 
 
@@ -102,7 +102,7 @@ def test_the_average_of_bfloat16_parameters_is_kept_in_float32(wordnet_env, tmp_
     """bfloat16 cannot hold 0.999 · e + 0.001 · p (the spacing near 1 is 2^-7): the average would
     never move. It is kept in float32 and served in the parameters' dtype."""
     run = tmp_path / "run"
-    extra = ["--gin.train.ema_decay=0.999", "--gin.T5Config.param_dtype='bfloat16'"]
+    extra = ["--gin.step.ema_decay=0.999", "--gin.T5Config.param_dtype='bfloat16'"]
     assert cli.main(tiny_train_argv(run, wordnet_env[1], steps=2, extra=extra)) == 0
     state = _state(run, 2)
     assert {x.dtype for x in _leaves(state["ema"])} == {np.dtype(np.float32)}

@@ -118,7 +118,7 @@ def test_eval_command_on_real_squad_dev_is_near_chance_and_consistent(tmp_path, 
     train_flags = [
         "--gin.train.model_dir=%MODEL_DIR",
         "--gin.train.task='multireqa_squad_dev'",
-        "--gin.train.split='train'",
+        "--gin.inputs.split='train'",
         "--gin.train.train_steps=1",
         "--gin.train.batch_size=8",
         "--gin.train.vocabulary=%VOCABULARY",

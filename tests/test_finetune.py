@@ -10,6 +10,7 @@ from conftest import tiny_wordpiece_bert
 
 from samtone_jax.cli import gin_registry
 from samtone_jax.cli import main as cli
+from samtone_jax.config import gin_config
 
 
 @pytest.mark.slow
@@ -67,6 +68,20 @@ def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet
     assert cli.main(argv) == 0
     assert capsys.readouterr().out.count(table) == 1
     assert {p: p.stat().st_mtime_ns for p in (out / "base" / "eval").glob("*.json")} == stamps
+    # A rerun that asks for another recipe is refused, not served this one's outputs.
+    assert cli.main([*argv, "--steps=3"]) == 2
+    assert "holds a fine-tune made with other settings (steps: 2 then, 3 now)" in capsys.readouterr().err
+    # Mined, filtered hard negatives: the base ranks each training query's corpus; those above
+    # (1 - margin) x the positive's score are dropped, one kept a query, and the run trains on them.
+    # (A tiny random tower scores most documents near the positive: margin 0 and a batch of 4 here.)
+    argv[argv.index(f"--out={out}")] = f"--out={tmp_path / 'hard'}"
+    argv[argv.index("--gin.BATCH_SIZE=8")] = "--gin.BATCH_SIZE=4"
+    assert cli.main([*argv, "--hard_negatives=1", "--negative_margin=0", "--guard", "none"]) == 0
+    mined = tmp_path / "hard" / "negatives_k1_m0.tsv"
+    counts = json.loads(mined.with_name(mined.name + ".json").read_text())
+    assert counts["with_enough_negatives"] > 0 and mined.read_text().count("\n") == counts["with_enough_negatives"]
+    config = gin_config.read_bindings((tmp_path / "hard" / "run" / "config.gin").read_text())
+    assert config["inputs.num_negatives"] == 1 and config["hard_negatives_file.path"] == str(mined)
 
 
 def test_finetune_refuses_what_it_cannot_measure_before_training(tmp_path, wordnet_env, capsys):

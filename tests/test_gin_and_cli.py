@@ -114,7 +114,7 @@ def test_demo_end_to_end_at_test_size(tmp_path, monkeypatch, capsys):
     if not os.path.exists(os.path.join(wordnet.DEFAULT_DIR, "data.noun")):
         pytest.skip(f"{wordnet.DEFAULT_DIR} absent: apt-get install wordnet-base (make wordnet)")
     monkeypatch.delenv("WORDNET_DIR", raising=False)
-    bindings = ["TRAIN_STEPS = 4", "BATCH_SIZE = 8", "train.log_every = 2", "train.checkpoint_every = 2"]
+    bindings = ["TRAIN_STEPS = 4", "BATCH_SIZE = 8", "schedule.log_every = 2", "schedule.checkpoint_every = 2"]
     model_dir = str(tmp_path / "demo")
     kwargs = dict(eval_queries=20, candidates=200, vocab_size=500, vocab_texts=20_000, model_dir=model_dir)
     assert demo.main((), bindings, tower="t5", **kwargs) == 0

@@ -53,7 +53,7 @@ def test_a_guarded_run_records_the_starting_score_and_reports_retention(
     guard = ["--guard=other", "--gin.guard.max_queries=20", "--gin.guard.candidates=40"]
     # Evaluated at step 2 (the guard alone counts as an in-training evaluation) and at the end, step 3.
     argv = tiny_bert_train_argv(
-        run, bert, steps=3, extra=[f"--gin_file={declared}", *guard, "--gin.train.eval_every=2"]
+        run, bert, steps=3, extra=[f"--gin_file={declared}", *guard, "--gin.schedule.eval_every=2"]
     )
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
@@ -73,8 +73,8 @@ def test_a_guarded_run_records_the_starting_score_and_reports_retention(
     )
     # Resumed (here: complete, trained further), the starting score is the recorded one, not re-measured.
     (run / "guard.json").write_text(json.dumps({**record, "baseline": {"other": 0.5}}))
-    # (step 4 is evaluated by train.eval_every: the final line has its scores all the same)
-    extra = [f"--gin_file={declared}", *guard, "--gin.train.eval_every=2"]
+    # (step 4 is evaluated by schedule.eval_every: the final line has its scores all the same)
+    extra = [f"--gin_file={declared}", *guard, "--gin.schedule.eval_every=2"]
     assert cli.main(tiny_bert_train_argv(run, bert, steps=4, extra=extra)) == 0
     final = dict(re.findall(r"(guard/other/\w+) ([\d.e+-]+)", capsys.readouterr().out.splitlines()[-1]))
     assert float(final["guard/other/retention"]) == pytest.approx(float(final["guard/other/RR"]) / 0.5, rel=1e-3)

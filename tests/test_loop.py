@@ -127,11 +127,11 @@ def _mode_argv(mode, model_dir, init, vocab_path, steps, bert=None):
     from conftest import tiny_bert_train_argv, tiny_train_argv
 
     if mode == "train-bert-packed":  # a BERT tower from an import: its dropout 0.1, packed rows
-        return tiny_bert_train_argv(model_dir, bert, steps=steps, extra=["--gin.train.checkpoint_every=100"])
+        return tiny_bert_train_argv(model_dir, bert, steps=steps, extra=["--gin.schedule.checkpoint_every=100"])
     if mode.startswith("train-packed") or mode == "train":
-        extra = ["--gin.train.checkpoint_every=100", "--gin.DROPOUT_RATE=0.1"]
+        extra = ["--gin.schedule.checkpoint_every=100", "--gin.DROPOUT_RATE=0.1"]
         if mode == "train-packed":
-            extra += ["--gin.train.packing=True", "--gin.train.packing_max_segments=4"]
+            extra += ["--gin.packing.enabled=True", "--gin.packing.max_segments=4"]
         return tiny_train_argv(model_dir, vocab_path, steps=steps, extra=extra)
     return [
         "train-adore",

@@ -232,7 +232,7 @@ def test_a_lora_run_saves_no_base_resumes_exactly_loads_exports_merged_and_reloa
     straight, resumed, out = tmp_path / "straight", tmp_path / "resumed", tmp_path / "export"
     extra = ["--gin.DualEncoder.architecture='ade_lora'", "--gin.DualEncoder.lora_rank=4"]
     extra += ["--gin.adafactor.learning_rate=0.05"]
-    every = [*extra, "--gin.train.checkpoint_every=1"]
+    every = [*extra, "--gin.schedule.checkpoint_every=1"]
     assert cli.main(tiny_bert_train_argv(resumed, tiny_bert_import, steps=3, extra=every)) == 0
     shutil.copytree(resumed, straight)  # the 3 steps straight
     shutil.rmtree(resumed / "checkpoints" / "3")  # as if preempted after step 2's checkpoint

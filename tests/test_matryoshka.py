@@ -119,7 +119,7 @@ def test_training_with_nested_dimensions_logs_each_term(wordnet_env, tmp_path):
 
     from samtone_jax.cli import main as cli
 
-    extra = ["--gin.train.matryoshka_dims=(8, 32)", "--gin.train.matryoshka_weights=(1.0, 0.5)"]
+    extra = ["--gin.objective.matryoshka_dims=(8, 32)", "--gin.objective.matryoshka_weights=(1.0, 0.5)"]
     assert cli.main(tiny_train_argv(tmp_path / "run", wordnet_env[1], extra=extra)) == 0
     events = EventAccumulator(str(tmp_path / "run" / "train"))
     events.Reload()

@@ -231,7 +231,7 @@ def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_b
         "--query_length=12",
         "--doc_length=16",
         "--learning_rate=2e-3",
-        "--gin.train.log_every=1",
+        "--gin.schedule.log_every=1",
         "--gin.create_mesh.num_devices=1",
     ]
     assert cli.main(argv) == 0

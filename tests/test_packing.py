@@ -190,7 +190,7 @@ def test_row_counts_round_to_their_first_bits_then_to_the_multiple():
 
 
 def test_a_row_floor_from_the_first_batches_bounds_the_shapes_and_keeps_every_text():
-    """train.packing_row_sample: the most rows the first batches need is a floor for every later
+    """packing.row_sample: the most rows the first batches need is a floor for every later
     batch, so later batches stop bringing new shapes (each a compilation); texts stay where the slots say."""
     from samtone_jax.data.packing import pack_batch, rows_needed
     from samtone_jax.training.train_batches import Packing
@@ -217,7 +217,7 @@ def test_a_row_floor_from_the_first_batches_bounds_the_shapes_and_keeps_every_te
         np.testing.assert_array_equal(
             _read(packed, "doc", packed["doc_slot"][i], 8), _real(batches[30]["doc_tokens"][i])
         )
-    with pytest.raises(BadValueError, match="train.packing_row_sample = -1"):
+    with pytest.raises(BadValueError, match="packing.row_sample = -1"):
         Packing(row_sample=-1)
 
 

@@ -162,7 +162,7 @@ def test_sharded_equals_single_device_and_grad_cache_equals_plain():
 @pytest.mark.parametrize(
     "precisions, weights, match",
     [
-        (("float32", "int4"), None, "unknown train.quantized_precisions entry 'int4'"),
+        (("float32", "int4"), None, "unknown objective.quantized_precisions entry 'int4'"),
         (("binary", "binary"), None, "distinct precisions"),
         (("float32", "binary"), (1.0,), "one weight >= 0 per precision"),
         (("float32", "binary"), (0.0, 0.0), "not all 0"),
@@ -194,9 +194,12 @@ def test_a_quantization_aware_run_with_grad_cache_logs_each_term(wordnet_env, tm
 
     from samtone_jax.cli import main as cli
 
-    extra = ["--gin.train.quantized_precisions=('float32', 'binary')", "--gin.train.quantized_weights=(1.0, 0.5)"]
+    extra = [
+        "--gin.objective.quantized_precisions=('float32', 'binary')",
+        "--gin.objective.quantized_weights=(1.0, 0.5)",
+    ]
     logged = {}
-    for name, more in (("plain", []), ("grad_cache", ["--gin.train.grad_cache_chunk_size=4"])):
+    for name, more in (("plain", []), ("grad_cache", ["--gin.step.grad_cache_chunk_size=4"])):
         assert cli.main(tiny_train_argv(tmp_path / name, wordnet_env[1], steps=2, extra=[*extra, *more])) == 0
         events = EventAccumulator(str(tmp_path / name / "train"))
         events.Reload()
@@ -213,9 +216,10 @@ def test_a_quantization_aware_run_with_grad_cache_logs_each_term(wordnet_env, tm
     for tag, values in terms.items():
         np.testing.assert_allclose(logged["grad_cache"][tag], values, rtol=1e-4)
     assert (
-        cli.main(tiny_train_argv(tmp_path / "bad", wordnet_env[1], extra=["--gin.train.quantized_weights=(1.0,)"])) == 2
+        cli.main(tiny_train_argv(tmp_path / "bad", wordnet_env[1], extra=["--gin.objective.quantized_weights=(1.0,)"]))
+        == 2
     )
-    int8 = ["--gin.train.quantized_precisions=('float32', 'int8')"]  # from scratch: refused before MODEL_DIR
+    int8 = ["--gin.objective.quantized_precisions=('float32', 'int8')"]  # from scratch: refused before MODEL_DIR
     capsys.readouterr()
     assert cli.main(tiny_train_argv(tmp_path / "int8", wordnet_env[1], extra=int8)) == 2
     assert "train.init_checkpoint=<that run>" in capsys.readouterr().err and not (tmp_path / "int8").exists()

@@ -47,7 +47,7 @@ def test_a_soup_of_identical_runs_is_the_run_and_loads_like_it(trained_run, tmp_
 @pytest.mark.slow
 def test_uniform_last_k_greedy_and_refusals(trained_run, wordnet_env, tmp_path, capsys):
     other = tmp_path / "seed1"
-    extra = ["--gin.train.seed=1", "--gin.train.checkpoint_every=1", "--gin.train.keep_checkpoints=3"]
+    extra = ["--gin.train.seed=1", "--gin.schedule.checkpoint_every=1", "--gin.schedule.keep_checkpoints=3"]
     assert cli.main(tiny_train_argv(other, wordnet_env[1], steps=3, extra=extra)) == 0
     # uniform: the mean of the two runs' parameters
     soup = tmp_path / "soup"

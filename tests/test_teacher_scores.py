@@ -299,8 +299,8 @@ def test_training_distils_from_the_scores_and_guides_its_negatives(
     extra = [
         "--gin_file=losses/distill_margin_mse.gin",
         f"--gin.hard_negatives_file.path='{out}'",
-        "--gin.train.num_negatives=2",
-        "--gin.train.teacher_guide=@FalseNegativeFilter()",
+        "--gin.inputs.num_negatives=2",
+        "--gin.inputs.teacher_guide=@FalseNegativeFilter()",
         "--gin.FalseNegativeFilter.margin=0.5",
     ]
     if tower == "bert":  # a BERT tower from an import, packed rows (the negatives packed with the documents)
@@ -325,19 +325,19 @@ def test_training_distils_from_the_scores_and_guides_its_negatives(
 @pytest.mark.parametrize(
     "extra,match",
     [
-        (["--gin.train.teacher_guide=@FalseNegativeFilter()"], "FalseNegativeFilter with no cut"),
+        (["--gin.inputs.teacher_guide=@FalseNegativeFilter()"], "FalseNegativeFilter with no cut"),
         (
             [
                 "--gin_file=losses/distill_kl.gin",
-                "--gin.train.num_negatives=2",
-                "--gin.train.contrastive_weight=0.0",
-                "--gin.train.teacher_guide=@FalseNegativeFilter()",
+                "--gin.inputs.num_negatives=2",
+                "--gin.objective.contrastive_weight=0.0",
+                "--gin.inputs.teacher_guide=@FalseNegativeFilter()",
                 "--gin.FalseNegativeFilter.margin=0.0",
             ],
-            "train.contrastive_weight = 0",
+            "objective.contrastive_weight = 0",
         ),
-        (["--gin.train.teacher_scores=True"], "only matter with train.distillation_weight > 0"),
-        (["--gin_file=losses/distill_margin_mse.gin"], "needs train.teacher_scores = True, train.num_negatives > 0"),
+        (["--gin.inputs.teacher_scores=True"], "only matter with objective.distillation_weight > 0"),
+        (["--gin_file=losses/distill_margin_mse.gin"], "needs inputs.teacher_scores = True, inputs.num_negatives > 0"),
     ],
     ids=["guide-without-cut", "guide-without-contrastive", "scores-unused", "distill-without-negatives"],
 )

@@ -43,14 +43,14 @@ def _argv(model_dir, vocab_path, steps=6, extra=()):
         "--gin.TEMPERATURE=0.05",
         f"--gin.train.model_dir='{model_dir}'",
         "--gin.train.task='wordnet_definitions'",
-        "--gin.train.split='all'",
+        "--gin.inputs.split='all'",
         f"--gin.train.train_steps={steps}",
         "--gin.train.batch_size=4",
         "--gin.train.query_length=8",
         "--gin.train.doc_length=12",
         f"--gin.train.vocabulary='{vocab_path}'",
-        "--gin.train.checkpoint_every=3",
-        "--gin.train.log_every=1",
+        "--gin.schedule.checkpoint_every=3",
+        "--gin.schedule.log_every=1",
         *extra,
     ]
 
@@ -185,7 +185,7 @@ def test_two_processes_of_two_devices_equal_one_of_four_and_checkpoints_cross_to
         return _in_process(argv, capsys, devices)
 
     single, multi = tmp_path / "single", f"{gcs.bucket()}/multi"
-    shards = ["--gin.train.data_shards=2"]  # the same global batches on 1 or 2 hosts (each reads its shard)
+    shards = ["--gin.inputs.data_shards=2"]  # the same global batches on 1 or 2 hosts (each reads its shard)
     here(_argv(single, vocab_path, steps=3, extra=shards), devices=4)
     text = _local(2, 2, _argv(multi, vocab_path, steps=3, extra=shards), env, tmp_path / "logs_multi")
     for x, y in zip(jax_leaves(_params(single, 3)), jax_leaves(_params(multi, 3)), strict=True):
@@ -231,7 +231,11 @@ def test_a_packed_lora_bert_run_on_two_processes_equals_one_process_of_two_devic
     from conftest import tiny_bert_train_argv
 
     single, multi = tmp_path / "single", tmp_path / "multi"
-    shards = ["--gin.train.data_shards=2", "--gin.DualEncoder.architecture='ade_lora'", "--gin.DualEncoder.lora_rank=4"]
+    shards = [
+        "--gin.inputs.data_shards=2",
+        "--gin.DualEncoder.architecture='ade_lora'",
+        "--gin.DualEncoder.lora_rank=4",
+    ]
 
     def argv(model_dir):
         return tiny_bert_train_argv(model_dir, tiny_bert_import, steps=3, extra=shards, devices=None)
@@ -263,14 +267,14 @@ def test_a_killed_process_then_ctrl_c_mid_eval_on_two_processes_and_the_rerun_re
     no_dropout = ["--gin.DROPOUT_RATE=0.0"]  # no values are compared here: a step half as long to compile
     every = 4  # the retrieval eval: 46 encoding batches (91 texts, 2 a batch) of > 1 s each (SLOW)
     evaluation = [
-        f"--gin.train.eval_every={every}",
-        "--gin.train.retrieval_eval_task='wordnet_definitions'",
-        "--gin.train.retrieval_eval_split='all'",
+        f"--gin.schedule.eval_every={every}",
+        "--gin.train_eval.retrieval_task='wordnet_definitions'",
+        "--gin.train_eval.retrieval_split='all'",
         "--gin.RetrievalEval.batch_size=1",
     ]
 
     def launch_two(name):
-        extra = [*no_dropout, "--gin.train.checkpoint_every=2", *evaluation]
+        extra = [*no_dropout, "--gin.schedule.checkpoint_every=2", *evaluation]
         argv = _argv(model_dir, vocab_path, steps=40, extra=extra)
         flags = [
             f"--coordinator_address=127.0.0.1:{_free_port()}",
@@ -353,13 +357,13 @@ def test_loss_falls_and_accuracy_rises_on_real_squad(tmp_path, squad_dev):
             "train.query_length = 24",
             "train.doc_length = 48",
             f"train.vocabulary = '{vocab_path}'",
-            "train.log_every = 20",
-            "train.checkpoint_every = 1000",
+            "schedule.log_every = 20",
+            "schedule.checkpoint_every = 1000",
             "adafactor.learning_rate = 1e-2",
-            "train.eval_every = 60",
-            "train.eval_split = 'test'",
-            "train.retrieval_eval_task = 'multireqa_squad_dev'",
-            "train.retrieval_eval_split = 'test'",
+            "schedule.eval_every = 60",
+            "train_eval.split = 'test'",
+            "train_eval.retrieval_task = 'multireqa_squad_dev'",
+            "train_eval.retrieval_split = 'test'",
             "create_mesh.num_devices = 1",  # a tiny model learns no differently, and faster, on one
         ],
     )

@@ -287,7 +287,7 @@ def test_scan_remat_and_grad_cache_under_fsdp_take_the_same_step():
 
 @pytest.mark.slow
 def test_id_masking_off_makes_duplicates_negatives(gin_tiny):
-    """train.id_masking=False (the duplicate-document ablation): no ids reach the loss, so nothing
+    """inputs.id_masking=False (the duplicate-document ablation): no ids reach the loss, so nothing
     is masked; with ids, the batch's duplicate ids are masked and the loss differs."""
     mesh = partitioning.create_mesh(devices=jax.devices()[:1])
     raw = _batch(batch=16)

@@ -194,7 +194,7 @@ class TrainCheckpointer:
                     if attempt == 0 and len(steps) > 1:
                         hint = (
                             f"Move {where} aside (mv {where} {where}.unreadable) to resume from step {steps[1]}, "
-                            "or rerun with --gin.train.on_corrupt_checkpoint=\"'fallback'\" (one process)"
+                            "or rerun with --gin.schedule.on_corrupt_checkpoint=\"'fallback'\" (one process)"
                         )
                     raise CheckpointRestoreError(f"checkpoint {where} cannot be restored ({cause}). {hint}") from e
                 aside = f"{where}.unreadable-{int(time.time())}"

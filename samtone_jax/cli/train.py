@@ -28,7 +28,7 @@ FLAGS = (
     flags.GinFlag("--vocabulary", "train.vocabulary", "SentencePiece .model or tokenizer.json"),
     flags.GinFlag("--data_dir", "data_dir.path", "data root (default: $SAMTONE_DATA_DIR)"),
     flags.GinFlag("--seed", "train.seed", "seed of the initialisation, dropout and data order", int),
-    flags.GinFlag("--packing", "train.packing", "pack several texts a row (the same pairs, less padding)", "switch"),
+    flags.GinFlag("--packing", "packing.enabled", "pack several texts a row (the same pairs, less padding)", "switch"),
     flags.GinFlag(
         "--guard",
         "guard.tasks",

@@ -7,6 +7,8 @@ relative to the package's `gin_configs/` (samtone_jax/gin_configs, shipped in th
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import re
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import gin
 
+from samtone_jax.config import renamed
 from samtone_jax.core.errors import BadValueError
 from samtone_jax.models import DualEncoder as _DualEncoder
 from samtone_jax.models import families
@@ -59,7 +62,19 @@ def _tolerant(exists):
     return check
 
 
-gin.config._FILE_READERS[:] = [(reader, _tolerant(exists)) for reader, exists in gin.config._FILE_READERS]
+def _renaming(reader):
+    """A gin file reader whose text has the previous release's names renamed (config/renamed.py)."""
+
+    @contextlib.contextmanager
+    def read(path):
+        with reader(path) as f:
+            content = f.read()
+        yield io.StringIO(renamed.text(content if isinstance(content, str) else content.decode(), path))
+
+    return read
+
+
+gin.config._FILE_READERS[:] = [(_renaming(reader), _tolerant(exists)) for reader, exists in gin.config._FILE_READERS]
 
 
 def resolve_gin_file(path: str) -> str:
@@ -85,7 +100,7 @@ def parse(gin_files: Sequence[str] = (), bindings: Sequence[str] = (), *, finali
     logging.disable(logging.ERROR)
     try:
         gin.parse_config_files_and_bindings(
-            [resolve_gin_file(f) for f in gin_files], list(bindings), finalize_config=finalize
+            [resolve_gin_file(f) for f in gin_files], [renamed.binding(b) for b in bindings], finalize_config=finalize
         )
     except (ValueError, KeyError, SyntaxError, TypeError, OSError) as e:  # OSError: an include not found
         raise BadValueError(f"gin config {list(gin_files)} with bindings {list(bindings)} is invalid: {e}") from e
@@ -253,7 +268,7 @@ def read_bindings(text: str) -> dict[str, object]:
                 pass
         return value
 
-    return {name: evaluate(value) for name, value in raw.items()}
+    return renamed.keys({name: evaluate(value) for name, value in raw.items()})
 
 
 def model_from_gin_text(text: str) -> _DualEncoder:

@@ -11,7 +11,7 @@ says so:
 
 The same filter serves `samtone mine` (flagged candidates are not written as negatives; t_p is
 the score of the query's best-scored relevant document) and training (t_p is each pair's own
-positive; gin `train.teacher_guide = @FalseNegativeFilter()`: each pair's flagged documents become
+positive; gin `inputs.teacher_guide = @FalseNegativeFilter()`: each pair's flagged documents become
 its `guide_ids`, which contrastive_loss removes from every term, in-batch and same-tower
 included). A filter with no cut set flags nothing (and training refuses it as a guide).
 """

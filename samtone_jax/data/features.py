@@ -51,7 +51,7 @@ class DualEncoderFeatureConverter(seqio.FeatureConverter):
             raise BadValueError(f"num_negatives ({num_negatives}) and guide_ids ({guide_ids}) must be >= 0")
         if teacher_scores and not num_negatives:
             raise BadValueError(
-                "teacher scores are the scores of the hard negatives too: they need train.num_negatives > 0"
+                "teacher scores are the scores of the hard negatives too: they need inputs.num_negatives > 0"
             )
         super().__init__(pack=False, apply_length_check=False, **kwargs)
         self.num_negatives = num_negatives

@@ -34,7 +34,7 @@ class InputSpec:
                 "(a token and EOS)"
             )
         if self.num_negatives < 0:
-            raise BadValueError(f"train.num_negatives = {self.num_negatives}: must be ≥ 0")
+            raise BadValueError(f"inputs.num_negatives = {self.num_negatives}: must be ≥ 0")
 
     @property
     def guide_ids(self) -> int:

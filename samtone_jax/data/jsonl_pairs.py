@@ -7,7 +7,7 @@ ids, hard negatives (triplets and beyond) and a teacher's scores.
                                        share an id and a document judged for two queries is one document)
             "negative_ids"             ids of "negatives", in order
             "document_score", "negative_scores"   a teacher's scores of the document and of each
-                                       negative (distillation: train.teacher_scores)
+                                       negative (distillation: inputs.teacher_scores)
 
 Several lines may share a query: each adds a relevant document (and its negatives). An id you give
 twice with two different texts is an error naming both lines (never a silent overwrite), whichever

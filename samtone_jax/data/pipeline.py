@@ -58,12 +58,12 @@ def train_dataset(
     global_batch = batch_size * num_shards
     if shards % num_shards or global_batch % shards:
         raise BadValueError(
-            f"train.data_shards={shards} must be a multiple of the {num_shards} host(s) and divide the global batch "
+            f"inputs.data_shards={shards} must be a multiple of the {num_shards} host(s) and divide the global batch "
             f"{global_batch}"
         )
     if shuffle_block_size < 1 or (shuffle_block_size > 1 and shards != 1):
         raise BadValueError(
-            f"train.shuffle_block_size={shuffle_block_size} must be >= 1, and > 1 needs train.data_shards=1 (a block "
+            f"inputs.shuffle_block_size={shuffle_block_size} must be >= 1, and > 1 needs inputs.data_shards=1 (a block "
             f"is a run of consecutive examples of the whole task); data_shards is {shards}"
         )
     provider = seqio.get_mixture_or_task(name)

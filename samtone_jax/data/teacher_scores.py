@@ -9,7 +9,7 @@ documents, or the mined negatives it was given), `scores` the teacher's score of
 `positives` the teacher's score of each relevant document. A file with `qid` and `negatives` is a
 hard-negatives file (data/msmarco.read_negatives reads the same rows), so one gin name,
 `hard_negatives_file.path`, attaches it: the negatives become the task's hard negatives and the
-scores its `teacher_scores` (train.teacher_scores) and guide ids (train.teacher_guide).
+scores its `teacher_scores` (inputs.teacher_scores) and guide ids (inputs.teacher_guide).
 """
 
 from __future__ import annotations

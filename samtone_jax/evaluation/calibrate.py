@@ -38,11 +38,11 @@ def calibrate(encoder, folder: str, documents: dict[str, str], size: int, dims=N
 
 
 def _trained_precisions(folder: str) -> tuple[str, ...]:
-    """The precisions a run's loss was computed at (train.quantized_precisions; float32 otherwise)."""
+    """The precisions a run's loss was computed at (objective.quantized_precisions; float32 otherwise)."""
     from samtone_jax.config import gin_config
     from samtone_jax.core import run_folders
 
     root = paths.as_path(folder)
     config = next((root / n for n in (run_folders.CONFIG_GIN, run_folders.MODEL_GIN) if (root / n).exists()), None)
     settings = gin_config.read_bindings(config.read_text()) if config is not None else {}  # a run's, a soup's
-    return tuple(settings.get("train.quantized_precisions") or ("float32",))
+    return tuple(settings.get("objective.quantized_precisions") or ("float32",))

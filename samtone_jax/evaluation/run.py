@@ -274,7 +274,7 @@ def evaluate(
     `rescore` R > 0: int8 / binary also with the top k·R re-ranked by the float query
     (<name>..._<precision>_rescore<R>.json). Each record says the index's bytes a document and,
     for an exact search, its queries a second. `weights` 'ema': a run's moving average of its
-    parameters (train.ema_decay), its records named <task>_<split>_step<N>_ema....
+    parameters (step.ema_decay), its records named <task>_<split>_step<N>_ema....
     """
     import jax
 

@@ -52,7 +52,7 @@ def ingredients(checkpoints: list[str], last: int | None = None) -> list[Ingredi
         if len(steps) < last:
             raise BadValueError(
                 f"{checkpoints[0]} has {len(steps)} complete checkpoints ({steps}), fewer than --last {last} "
-                "(train.keep_checkpoints keeps how many)"
+                "(schedule.keep_checkpoints keeps how many)"
             )
         checkpoints = [paths.as_str(run_folders.checkpoints(directory) / str(s)) for s in steps[-last:]]
     if len(checkpoints) < 2:

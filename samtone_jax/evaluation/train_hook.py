@@ -1,5 +1,5 @@
-"""Retrieval metrics during training: every `train.eval_every` steps, the current parameters
-retrieve over a held-out split (`train.retrieval_eval_task` / `retrieval_eval_split`).
+"""Retrieval metrics during training: every `schedule.eval_every` steps, the current parameters
+retrieve over a held-out split (`train_eval.retrieval_task` / `retrieval_eval_split`).
 
 The collection is loaded and tokenised once (cached for the whole run); each evaluation encodes
 the cached tokens on the training mesh with the live parameters (no checkpoint round trip, no

@@ -136,7 +136,7 @@ def export(
     weights: str = "params",
 ) -> dict:
     """Export `checkpoint` (anything samtone_jax.load takes) to `dst`; returns samtone.json's content.
-    `weights` 'ema': a run's moving average of its parameters (train.ema_decay)."""
+    `weights` 'ema': a run's moving average of its parameters (step.ema_decay)."""
     from transformers.utils import logging as hf_logging
 
     from samtone_jax.config import gin_config

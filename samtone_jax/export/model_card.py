@@ -56,7 +56,7 @@ def mteb_metadata(run_dir: str, projection_dim: int, max_tokens: int, calibratio
     mixtures = settings.get("mixtures.declared") or {}
     members = (mixtures.get(task) if isinstance(mixtures, dict) else None) or catalogue.MIXTURES.get(task)
     names = list(members) if members else ([task] if task else [])
-    split = str(settings.get("train.split") or "train")
+    split = str(settings.get("inputs.split") or "train")
     return {
         "embed_dim": projection_dim,
         "max_tokens": max_tokens,
@@ -116,7 +116,7 @@ def model_card(
         "",
         "## Training",
         f"- Source: `{run_dir}`, step {step if step is not None else 'n/a'}"
-        + (", the moving average of its parameters (train.ema_decay)." if weights == "ema" else "."),
+        + (", the moving average of its parameters (step.ema_decay)." if weights == "ema" else "."),
     ]
     if settings.get("train.task"):
         task = settings["train.task"].strip("'\"")

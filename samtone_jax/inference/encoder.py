@@ -28,7 +28,7 @@ from samtone_jax.inference import serving_lengths
 from samtone_jax.inference.text_embedder import TextEmbedder
 from samtone_jax.models import families
 
-WEIGHTS = ("params", "ema")  # a run's parameters, or their moving average (train.ema_decay)
+WEIGHTS = ("params", "ema")  # a run's parameters, or their moving average (step.ema_decay)
 
 
 class Encoder:
@@ -61,7 +61,7 @@ class Encoder:
         self.training_lengths = tuple(training_lengths)  # (query, document) it was trained at, when known
         self.step, self.source = step, source
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
-        # The nested dimensions the model was trained to serve truncated (train.matryoshka_dims).
+        # The nested dimensions the model was trained to serve truncated (objective.matryoshka_dims).
         self.matryoshka_dims = tuple(matryoshka_dims) if matryoshka_dims else None
         # {task: (query prompt, document prompt)} of a run with per-task prompts (written into an export).
         self.task_prompts = dict(task_prompts or {})
@@ -192,7 +192,7 @@ def load_encoder(
 ) -> Encoder:
     """An `Encoder` for the checkpoint at `path` (see the module docstring for what `path` may be).
     `calibrated` False: without the folder's calibration.json (samtone calibrate replaces it).
-    `weights` 'ema': a run's moving average of its parameters (train.ema_decay) instead of them.
+    `weights` 'ema': a run's moving average of its parameters (step.ema_decay) instead of them.
 
     Query / document lengths default to the model's serving lengths (serving_lengths.py: its base
     model's for a fine-tune, else its training lengths), not its training lengths; the
@@ -219,7 +219,7 @@ def load_encoder(
         if weights not in state:
             raise MissingFileError(
                 f"{run_folders.state(root, step)} holds no moving average of the parameters: the run was trained "
-                "without train.ema_decay"
+                "without step.ema_decay"
             )
         params = ema_params(state) if weights == "ema" else state["params"]
     elif kind == "export":
@@ -262,7 +262,7 @@ def load_encoder(
         packing_max_segments=packing_max_segments,
         query_prompt=query_prompt,
         document_prompt=document_prompt,
-        matryoshka_dims=settings.get("train.matryoshka_dims"),
+        matryoshka_dims=settings.get("objective.matryoshka_dims"),
         task_prompts=dict(settings.get("prompts.per_task") or {}),
         calibration=_calibration_of(directory, step, weights) if calibrated else None,
         weights=weights,

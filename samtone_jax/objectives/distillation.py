@@ -46,7 +46,7 @@ def _check(q, d, negatives, teacher_scores, mode, temperature, teacher_temperatu
         got = None if negatives is None else negatives.shape
         raise BadValueError(
             f"distillation_loss needs the teacher's candidates as negatives [B, K, D] = [{b}, K, {dim}]; got {got} "
-            "(set train.num_negatives > 0 and hard_negatives_file.path to a `samtone score` file)"
+            "(set inputs.num_negatives > 0 and hard_negatives_file.path to a `samtone score` file)"
         )
     want = (b, 1 + negatives.shape[1])
     if teacher_scores is None or tuple(teacher_scores.shape) != want:
@@ -113,7 +113,8 @@ def with_distillation(loss_fn, distill_fn, contrastive_weight: float = 1.0, dist
     temperature is the contrastive loss's; the distillation's τ_s is its own (gin)."""
     if contrastive_weight < 0 or distillation_weight < 0 or contrastive_weight == distillation_weight == 0:
         raise BadValueError(
-            f"train.contrastive_weight={contrastive_weight} and train.distillation_weight={distillation_weight} "
+            f"objective.contrastive_weight={contrastive_weight} and "
+            f"objective.distillation_weight={distillation_weight} "
             "must be >= 0 and not both 0"
         )
 
@@ -133,17 +134,19 @@ def with_distillation(loss_fn, distill_fn, contrastive_weight: float = 1.0, dist
 
 def objective(loss_fn, distill_fn, teacher_scores: bool, num_negatives: int, contrastive_weight, distillation_weight):
     """The training step's loss from gin's train.*: `loss_fn` alone, or with the distillation term
-    (train.distillation_weight > 0); settings that would be ignored are refused."""
+    (objective.distillation_weight > 0); settings that would be ignored are refused."""
     if not distillation_weight:
         if teacher_scores or contrastive_weight != 1.0:
             raise BadValueError(
-                "train.teacher_scores / train.contrastive_weight only matter with train.distillation_weight > 0 "
+                "inputs.teacher_scores / objective.contrastive_weight only matter with "
+                "objective.distillation_weight > 0 "
                 "(include one of losses/distill_*.gin)"
             )
         return loss_fn
     if not teacher_scores or not num_negatives or distill_fn is None:
         raise BadValueError(
-            "train.distillation_weight > 0 needs train.teacher_scores = True, train.num_negatives > 0 (the scored "
+            "objective.distillation_weight > 0 needs inputs.teacher_scores = True, inputs.num_negatives > 0 "
+            "(the scored "
             "candidates) and hard_negatives_file.path set to a `samtone score` file"
         )
     return with_distillation(loss_fn, distill_fn, contrastive_weight, distillation_weight)

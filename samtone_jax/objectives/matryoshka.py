@@ -28,12 +28,12 @@ def truncate(x: jax.Array, dim: int) -> jax.Array:
     return (head / norm).astype(x.dtype)
 
 
-def check_dims(dims: Sequence[int], weights: Sequence[float] | None, what: str = "train.matryoshka_dims"):
+def check_dims(dims: Sequence[int], weights: Sequence[float] | None, what: str = "objective.matryoshka_dims"):
     """(dims, weights) as tuples, validated: strictly increasing positive dims, one weight ≥ 0 each."""
     dims = tuple(int(k) for k in dims)
     if not dims or any(k < 1 for k in dims) or any(a >= b for a, b in zip(dims, dims[1:], strict=False)):
         raise BadValueError(f"{what} must be strictly increasing positive dimensions, e.g. (64, 128, 256); got {dims}")
-    return dims, term_weights(weights, dims, "train.matryoshka_weights", f"dimension of {what}")
+    return dims, term_weights(weights, dims, "objective.matryoshka_weights", f"dimension of {what}")
 
 
 def term_weights(weights: Sequence[float] | None, terms: tuple, name: str, of: str) -> tuple[float, ...]:
@@ -53,7 +53,7 @@ def nested(loss_fn, dims: Sequence[int], weights: Sequence[float] | None = None)
     def loss(q, d, *, negatives=None, **kwargs):
         if dims[-1] > q.shape[-1]:
             raise BadValueError(
-                f"train.matryoshka_dims {dims} go beyond the embedding dimension {q.shape[-1]} (PROJECTION_DIM, or "
+                f"objective.matryoshka_dims {dims} go beyond the embedding dimension {q.shape[-1]} (PROJECTION_DIM, or "
                 "the model's width without a projection)"
             )
         total, terms, metrics = 0.0, {}, {}

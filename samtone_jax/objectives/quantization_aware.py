@@ -1,7 +1,7 @@
 """Quantization-aware training: the contrastive loss also computed on the embeddings as a compressed
 index serves them, so the model learns to keep its ranking through int8 / binary codes.
 
-  L = Σ_p w_p · L_c(Q_p(q), Q_p(d), Q_p(n), ...)        p over train.quantized_precisions
+  L = Σ_p w_p · L_c(Q_p(q), Q_p(d), Q_p(n), ...)        p over objective.quantized_precisions
 
 with Q_float32 = identity and, for the others, a straight-through estimator (forward: the served
 vector; backward: the identity, Bengio et al. 2013):
@@ -105,12 +105,13 @@ def check_precisions(precisions: Sequence[str], weights: Sequence[float] | None)
     """(precisions, weights) as tuples, validated: distinct known precisions, one weight >= 0 each."""
     precisions = tuple(precisions)
     for p in precisions:
-        quantization.check_precision(p, "train.quantized_precisions entry")
+        quantization.check_precision(p, "objective.quantized_precisions entry")
     if not precisions or len(set(precisions)) != len(precisions):
         raise BadValueError(
-            f"train.quantized_precisions must name distinct precisions, e.g. ('float32', 'binary'); got {precisions}"
+            "objective.quantized_precisions must name distinct precisions, e.g. ('float32', 'binary'); "
+            f"got {precisions}"
         )
-    return precisions, term_weights(weights, precisions, "train.quantized_weights", "precision of")
+    return precisions, term_weights(weights, precisions, "objective.quantized_weights", "precision of")
 
 
 def check_start(precisions: Sequence[str] | None, init_checkpoint: str | None, saved_steps: Sequence[int] = ()):
@@ -118,7 +119,7 @@ def check_start(precisions: Sequence[str] | None, init_checkpoint: str | None, s
     needs train.init_checkpoint, or MODEL_DIR's own `saved_steps` (a run continued with the term)."""
     if precisions and "int8" in precisions and not init_checkpoint and not saved_steps:
         raise BadValueError(
-            "train.quantized_precisions has 'int8', which collapses a randomly initialised model's embeddings "
+            "objective.quantized_precisions has 'int8', which collapses a randomly initialised model's embeddings "
             "(docs/RESULTS.md, compressed serving on T5): train float32 first (or import a pretrained model), then "
             "fine-tune it with train.init_checkpoint=<that run> (or continue that run's MODEL_DIR) and the int8 term; "
             "('float32', 'binary') may start from scratch"

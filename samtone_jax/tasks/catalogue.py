@@ -160,7 +160,7 @@ MIXTURES: dict[str, tuple[str, ...]] = {
 def mixtures(declared: dict | None = None) -> dict[str, dict[str, float]]:
     """Every mixture as {name: {task: rate}}: the built-in MIXTURES (equal rates) and gin's
     `mixtures.declared = {NAME: {TASK: RATE, ...}}` (or NAME: [TASK, ...] for equal rates) over any
-    tasks, built-in, TFDS or local (train.task_batches draws one task a batch by these rates)."""
+    tasks, built-in, TFDS or local (inputs.task_batches draws one task a batch by these rates)."""
     out = {name: dict.fromkeys(members, 1.0) for name, members in MIXTURES.items()}
     tasks = loaders()
     for name, members in dict(declared or {}).items():
@@ -308,7 +308,7 @@ def describe() -> str:
     lines = ["tasks (train.task / evaluate.task / --task):"]
     for name in sorted(every):
         lines += [f"  {name}", f"      splits: {', '.join(every[name][1])}", f"      reads:  {files_of(name)}"]
-    lines.append("mixtures (train.task; train.task_batches draws one task a batch):")
+    lines.append("mixtures (train.task; inputs.task_batches draws one task a batch):")
     for name, rates in sorted(mixtures().items()):
         lines.append(f"  {name}: " + ", ".join(f"{task} {rate:g}" for task, rate in rates.items()))
     lines.append("your own data: gin local_tasks.tasks (tasks/declared.py; README 'Train on your own data')")

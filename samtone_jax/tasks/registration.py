@@ -90,7 +90,7 @@ def _teacher_columns(collection, pairs, num_negatives: int, teacher_scores: bool
     scores = collection.teacher_scores
     if not scores:
         raise BadValueError(
-            f"task {what}: train.teacher_scores / train.teacher_guide need teacher scores, and "
+            f"task {what}: inputs.teacher_scores / inputs.teacher_guide need teacher scores, and "
             f"hard_negatives_file.path={path!r} has none: point it at a `samtone score` file (JSON lines with "
             "'scores')"
         )
@@ -99,7 +99,7 @@ def _teacher_columns(collection, pairs, num_negatives: int, teacher_scores: bool
         if d not in scores.get(q, {}):
             raise BadValueError(
                 f"task {what}: {path} has no teacher score for query {q!r} and document {d!r}: score this task "
-                "and split with `samtone score --task=... --split=...` (with train.eval_split too, score "
+                "and split with `samtone score --task=... --split=...` (with train_eval.split too, score "
                 "--split=all: one file serves both)"
             )
         return scores[q][d]

@@ -2,7 +2,7 @@
 
 A seqio mixture mixes examples inside a batch, so a WordNet definition becomes an in-batch negative
 of a SQuAD question: an easy negative that teaches nothing (and across near-duplicate tasks a false
-one). With `train.task_batches = @TaskBatches()` each step's batch comes from one member task,
+one). With `inputs.task_batches = @TaskBatches()` each step's batch comes from one member task,
 drawn with the probabilities of `rates`:
 
   'mixture'       the mixture's own rates (seqio.MixtureRegistry.add(name, [(task, rate), ...]))
@@ -16,7 +16,7 @@ resumed at the number of times that task was drawn before step k. `batch_sizes` 
 own global batch (default train.batch_size); tasks in `no_in_batch_negatives` (documents that
 overlap across pairs) are trained without in-batch negatives: every pair of such a batch is marked
 one example (one shared query id), which removes the other pairs' queries and positives from every
-term; the hard negatives (train.num_negatives > 0, required) stay, shared by the batch as always.
+term; the hard negatives (inputs.num_negatives > 0, required) stay, shared by the batch as always.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def mixture_batches(
 
     provider = seqio.get_mixture_or_task(task)
     if not isinstance(provider, seqio.Mixture):
-        raise BadValueError(f"train.task_batches needs a mixture as train.task; {task!r} is a single task")
+        raise BadValueError(f"inputs.task_batches needs a mixture as train.task; {task!r} is a single task")
     return batches(
         provider,
         split,

@@ -50,18 +50,25 @@ class Schedule:
     log_every: int = 100
     eval_every: int = 0
     on_corrupt_checkpoint: str = "fallback"
-    gin_name: str = "train"  # the configurable whose settings these are (named in errors)
+    gin_name: str = "train"  # the configurable of train_steps / batch_size / model_dir (named in errors)
+    cadence_name: str | None = None  # the configurable of the rest, when another (train's: schedule)
+
+    def setting(self, field: str) -> str:
+        """The gin name of a field, as errors name it."""
+        if field in ("train_steps", "global_batch"):
+            return f"{self.gin_name}.{'batch_size' if field == 'global_batch' else field}"
+        return f"{self.cadence_name or self.gin_name}.{field}"
 
     def __post_init__(self):
         if self.on_corrupt_checkpoint not in ("fallback", "fail"):
             raise BadValueError(
-                f"{self.gin_name}.on_corrupt_checkpoint = {self.on_corrupt_checkpoint!r}: use 'fallback' or 'fail'"
+                f"{self.setting('on_corrupt_checkpoint')} = {self.on_corrupt_checkpoint!r}: use 'fallback' or 'fail'"
             )
         for name in ("train_steps", "global_batch", "checkpoint_every", "keep_checkpoints", "log_every"):
             if getattr(self, name) < 1:
-                raise BadValueError(f"{self.gin_name}.{name} = {getattr(self, name)}: must be ≥ 1")
+                raise BadValueError(f"{self.setting(name)} = {getattr(self, name)}: must be ≥ 1")
         if self.eval_every < 0:
-            raise BadValueError(f"{self.gin_name}.eval_every = {self.eval_every}: must be ≥ 0 (0: no evaluation)")
+            raise BadValueError(f"{self.setting('eval_every')} = {self.eval_every}: must be ≥ 0 (0: no evaluation)")
 
 
 @contextlib.contextmanager
@@ -193,7 +200,7 @@ def _out_of_memory_explained(schedule: Schedule):
         first = next((line for line in str(e).splitlines() if "RESOURCE_EXHAUSTED" in line), "")[:300]
         raise OutOfMemoryError(
             f"the step does not fit in device memory at batch {schedule.global_batch} ({first.strip()}): lower "
-            "BATCH_SIZE, or keep it with GradCache (train.grad_cache_chunk_size), rematerialisation "
+            "BATCH_SIZE, or keep it with GradCache (step.grad_cache_chunk_size), rematerialisation "
             "(T5Config.remat / BertConfig.remat = True), bf16, shorter lengths or FSDP (logical_rules.fsdp = True)"
         ) from e
 
@@ -247,9 +254,11 @@ def install_stop_flag():
 # would be skipped or repeated, so these are refused; anything else (a learning rate, eval settings)
 # may change and is recorded (config_history/).
 DATA_POSITION = ("task", "split", "batch_size", "seed", "data_shards", "shuffle_block_size", "num_negatives")
-# ... and, outside the mode's own gin name, what draws the batches' tasks and their negatives.
+# Where a mode's DATA_POSITION settings are bound beside its own gin name (train's: inputs.*).
+DATA_GROUPS = {"train": ("inputs",)}
+# ... and, elsewhere, what draws the batches' tasks and their negatives.
 DATA_POSITION_ELSEWHERE = (
-    "train.task_batches",
+    "inputs.task_batches",
     "TaskBatches.rates",
     "TaskBatches.temperature",
     "TaskBatches.batch_sizes",
@@ -299,19 +308,20 @@ def check_existing_run(
 def _check_data_position(model_dir, saved: str, now: str, gin_name: str) -> None:
     import inspect
 
-    signature = inspect.signature(gin.get_configurable(gin_name))
-    defaults = {name: parameter.default for name, parameter in signature.parameters.items()}
+    defaults = {}  # 'configurable.parameter' -> its default, the mode's own name first
+    for holder in (*DATA_GROUPS.get(gin_name, ()), gin_name):
+        signature = inspect.signature(gin.get_configurable(holder))
+        defaults |= {name: (f"{holder}.{name}", p.default) for name, p in signature.parameters.items()}
     old, new = gin_config.read_bindings(saved), gin_config.read_bindings(now)
     differ = []
-    for name in (n for n in DATA_POSITION if n in defaults):
-        key = f"{gin_name}.{name}"
-        then, here = old.get(key, defaults[name]), new.get(key, defaults[name])
+    for key, default in (defaults[n] for n in DATA_POSITION if n in defaults):
+        then, here = old.get(key, default), new.get(key, default)
         if then != here:
             differ.append(f"{key}: {then!r} in its config.gin, {here!r} here")
     task = new.get(f"{gin_name}.task")
     for key in DATA_POSITION_ELSEWHERE:
         then, here = old.get(key), new.get(key)
-        if key.startswith("TaskBatches.") and not (old.get("train.task_batches") or new.get("train.task_batches")):
+        if key.startswith("TaskBatches.") and not (old.get("inputs.task_batches") or new.get("inputs.task_batches")):
             continue  # not drawing one task a batch: these do not reach the data
         if key == "mixtures.declared":  # only the run's own mixture matters
             then, here = (x.get(task) if isinstance(x, dict) else x for x in (then, here))

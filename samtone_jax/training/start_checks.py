@@ -55,12 +55,10 @@ def init_checkpoint_fits(init_checkpoint: str | None, model, model_dir) -> None:
 
 
 def ema_matches(ema_decay: float | None, model_dir) -> None:
-    """train.ema_decay in (0, 1); a run resumes with the moving average iff its checkpoints hold one
+    """step.ema_decay in (0, 1); a run resumes with the moving average iff its checkpoints hold one
     (its decay may change; turning it on or off mid-run would drop or invent its history)."""
     if ema_decay is not None and not 0.0 < ema_decay < 1.0:
-        raise BadValueError(
-            f"train.ema_decay must lie in (0, 1), e.g. 0.999 (None: no moving average); got {ema_decay}"
-        )
+        raise BadValueError(f"step.ema_decay must lie in (0, 1), e.g. 0.999 (None: no moving average); got {ema_decay}")
     steps = run_folders.complete_steps(model_dir)
     if not steps:
         return
@@ -73,8 +71,8 @@ def ema_matches(ema_decay: float | None, model_dir) -> None:
     if saved != (ema_decay is not None):
         raise BadValueError(
             f"{model_dir}'s checkpoints were saved {'with' if saved else 'without'} a moving average of the "
-            f"parameters, and train.ema_decay = {ema_decay} here: resume as it was trained "
-            f"({'set train.ema_decay' if saved else 'train.ema_decay = None'}), or start another MODEL_DIR"
+            f"parameters, and step.ema_decay = {ema_decay} here: resume as it was trained "
+            f"({'set step.ema_decay' if saved else 'step.ema_decay = None'}), or start another MODEL_DIR"
         )
 
 
@@ -98,7 +96,8 @@ def lora_base(model, init_checkpoint: str | None, model_dir) -> str | None:
     if run_folders.kind(base) == "step":
         log.warning(
             "the frozen tower of this LoRA run is step %s of the run %s (base.json): keep that step (that run's "
-            "train.keep_checkpoints may delete it), or `samtone average`/import it into a parameter checkpoint first",
+            "schedule.keep_checkpoints may delete it), or `samtone average`/import it into a parameter checkpoint "
+            "first",
             paths.as_path(base).name,
             paths.as_path(base).parent.parent,
         )

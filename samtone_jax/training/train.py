@@ -1,7 +1,7 @@
 """`samtone train`: the contrastive training mode, a step function and a batch source for loop.py.
 
-  train()  gin's train.* -> frozen settings (loop.Schedule, InputSpec, TrainInputs, Packing,
-           Evaluation) and the step's loss (training_loss) -> fit()
+  train()  gin's train.* and its groups (settings.py) -> frozen settings (loop.Schedule, InputSpec,
+           TrainInputs, Packing, Evaluation) and the step's loss (training_loss) -> fit()
   fit()    model + optimizer -> state (fresh, INIT_CHECKPOINT, or resumed from MODEL_DIR by loop.run)
            -> batches at the resumed position (train_batches.py) -> jitted step (GradCache
            optional; loss in shard_map over 'data') -> eval hooks (in-batch loss on a held-out
@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 
 import flax.linen as nn
@@ -30,7 +29,6 @@ from samtone_jax.core import paths, run_folders, stop_request
 from samtone_jax.core.atomic_file import write_atomic
 from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.data import vocab as vocab_lib
-from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.data.input_spec import InputSpec
 from samtone_jax.evaluation import guard as guard_lib
 from samtone_jax.evaluation.guard import GuardSettings
@@ -38,9 +36,9 @@ from samtone_jax.inference import serving_lengths
 from samtone_jax.models import families, init_params, partitioning
 from samtone_jax.models import lora as lora_lib
 from samtone_jax.objectives import distillation, matryoshka, quantization_aware
-from samtone_jax.tasks.task_batches import TaskBatches
 from samtone_jax.training import grad_cache, loop, optimizer, start_checks
 from samtone_jax.training.batch_embeddings import embed_batch
+from samtone_jax.training.settings import Evaluation, InputSettings, ObjectiveSettings, ScheduleSettings, StepSettings
 from samtone_jax.training.train_batches import Packing, TrainInputs, batch_source, eval_batches
 
 log = logging.getLogger(__name__)
@@ -211,46 +209,17 @@ def _keep_vocabulary(vocabulary: str | None, model_dir) -> None:
     write_atomic(target, source.read_bytes())
 
 
-@gin.configurable(denylist=["model", "loss_fn", "mesh", "rules", "guard"])
+@gin.configurable(denylist=["model", "loss_fn", "mesh", "rules", "distill_fn", "guard"])
 def train(
     model_dir: str = gin.REQUIRED,
     task: str = gin.REQUIRED,
     train_steps: int = gin.REQUIRED,
     batch_size: int = gin.REQUIRED,
-    split: str = "train",
     query_length: int = 64,
     doc_length: int = 128,
-    seed: int = 0,
-    num_negatives: int = 0,
     vocabulary: str | None = None,
     init_checkpoint: str | None = None,
-    grad_cache_chunk_size: int | None = None,
-    checkpoint_every: int = 1000,
-    keep_checkpoints: int = 3,
-    log_every: int = 100,
-    eval_every: int = 0,
-    eval_split: str | None = None,
-    eval_batches: int = 4,
-    retrieval_eval_task: str | None = None,
-    retrieval_eval_split: str = "test",
-    data_shards: int | None = None,
-    shuffle_block_size: int = 1,
-    id_masking: bool = True,
-    on_corrupt_checkpoint: str = "fallback",
-    packing: bool = False,
-    packing_max_segments: int = 8,
-    packing_row_bits: int = 3,
-    packing_row_sample: int = 64,
-    teacher_scores: bool = False,
-    teacher_guide: FalseNegativeFilter | None = None,
-    contrastive_weight: float = 1.0,
-    distillation_weight: float = 0.0,
-    matryoshka_dims: tuple[int, ...] | None = None,
-    matryoshka_weights: tuple[float, ...] | None = None,
-    quantized_precisions: tuple[str, ...] | None = None,
-    quantized_weights: tuple[float, ...] | None = None,
-    task_batches: TaskBatches | None = None,
-    ema_decay: float | None = None,
+    seed: int = 0,
     *,
     model,
     loss_fn,
@@ -261,146 +230,87 @@ def train(
 ) -> dict:
     """Train `model` with `loss_fn` on `mesh` until `train_steps` (resuming from MODEL_DIR); returns
     the last logged metrics. The program (gin_registry.train_program, what `samtone train` runs)
-    passes the gin-configured model, loss, mesh and partitioning rules; everything else is gin's
-    `train.*`, which this function only turns into frozen settings (loop.Schedule, InputSpec,
-    TrainInputs, Packing, Evaluation; each refuses what it cannot run) and the step's loss, for
-    `fit`. The loop itself (resume, checkpoints, SIGTERM, logging, eval hooks) is loop.py's.
+    passes the gin-configured model, loss, mesh, partitioning rules and guard; gin's `train.*` names
+    the run: where (`model_dir`), on what (`task`, tokenised by `vocabulary` to `query_length` /
+    `doc_length` tokens), how long (`train_steps` of `batch_size` pairs), from which weights
+    (`init_checkpoint`; `seed` for the rest and the data order). The rest is in gin's groups
+    (training/settings.py: schedule.*, inputs.*, packing.*, train_eval.*, objective.*, step.*),
+    which this function turns into frozen settings and the step's loss, for `fit`. The loop itself
+    (resume, checkpoints, SIGTERM, logging, eval hooks) is loop.py's.
 
     batch_size is the *global* batch: each of the jax.process_count() hosts feeds batch_size /
-    process_count examples (its own shard of the data). Every `eval_every` steps: in-batch loss
-    metrics on `eval_split` and/or retrieval metrics over `retrieval_eval_task`/`retrieval_eval_split`
-    (samtone_jax/evaluation/train_hook.py; gin RetrievalEval.max_queries, RetrievalEval.k).
-
-    Data (samtone_jax/data/pipeline.py): `data_shards` V (default: the host count) splits the
-    examples so each host reads only its V/hosts shards; a fixed V gives the same batches on any host
-    count dividing it (resuming on another topology with the same data order). `shuffle_block_size`
-    k shuffles runs of k consecutive examples (duplicate-heavy batches for ablations). `id_masking`
-    False drops the query/document ids from the loss, so duplicate texts in a batch become each
-    other's negatives (the ablation of SamToNe's duplicate-document limitation); keep it True.
+    process_count examples (its own shard of the data).
 
     MODEL_DIR: one run at a time (samtone_jax/core/run_lock.py); a run of another model there, or one
-    already past `train_steps`, is refused before anything is written. `on_corrupt_checkpoint`
-    'fallback' resumes from the newest readable checkpoint when the latest is unreadable (warning,
-    the unreadable one moved aside to <step>.unreadable-<time> so its step can be saved again); 'fail' stops instead.
-
-    `packing` (data/packing.py): each device's pairs packed into its own rows, at most
-    `packing_max_segments` texts a row, the row count rounded up to `packing_row_bits` significant
-    binary digits (exact up to 8 rows, then 8 counts per doubling; each row count met compiles
-    once) and at least the most rows the run's first `packing_row_sample` batches need, so that after
-    warm-up nearly every step has one shape (no stall for a compilation). The same pairs, loss and
-    resume as unpacked; fewer padding tokens.
-
-    Teachers (a `samtone score` file as hard_negatives_file.path, train.num_negatives K of its
-    candidates): `teacher_scores` feeds the teacher's scores of each pair's positive and K negatives
-    to `distill_fn` (distillation.distillation_loss), the loss then contrastive_weight ·
-    contrastive + distillation_weight · distillation; `teacher_guide` (a FalseNegativeFilter)
-    removes the documents the teacher flags as each pair's false negatives from every contrastive
-    term (the `guided_fraction` metric counts them).
-
-    `matryoshka_dims` (k_1 < k_2 < ...) with optional `matryoshka_weights`: the contrastive loss
-    summed over the embeddings truncated to each k and re-normalised (matryoshka.py), so the first
-    k dimensions serve alone (`samtone eval --dims`).
-
-    `quantized_precisions` (e.g. ('float32', 'binary')) with optional `quantized_weights`: the
-    contrastive loss also on the embeddings as an int8 / binary index serves them, straight-through
-    (quantization_aware.py); with Matryoshka, every (dimension, precision) is a term. With 'int8',
-    train.init_checkpoint is required (a trained float geometry to start from; the module says why).
-
-    `ema_decay` d (e.g. 0.999): the parameters' exponential moving average is kept beside them
-    (sharded alike, checkpointed, resumed exactly), evaluated beside them by the in-training eval
-    (metrics `ema/...`), and served by `samtone export --weights=ema` / samtone_jax.load(weights='ema').
-
-    `task_batches` (tasks/task_batches.TaskBatches; TASK a mixture): every batch from one member
-    task, drawn by the rates from (seed, step), with per-task batch sizes and in-batch negatives;
-    per-task loss and accuracy are logged as task/<name>/loss, task/<name>/accuracy.
+    already past `train_steps`, is refused before anything is written.
     """
+    cadence, data, terms, step = ScheduleSettings(), InputSettings(), ObjectiveSettings(), StepSettings()
     schedule = loop.Schedule(
-        train_steps, batch_size, checkpoint_every, keep_checkpoints, log_every, eval_every, on_corrupt_checkpoint
+        train_steps,
+        batch_size,
+        cadence.checkpoint_every,
+        cadence.keep_checkpoints,
+        cadence.log_every,
+        cadence.eval_every,
+        cadence.on_corrupt_checkpoint,
+        cadence_name="schedule",
     )
-    guarded = bool(guard and guard.tasks)
-    evaluation = Evaluation(eval_every, eval_split, eval_batches, retrieval_eval_task, retrieval_eval_split, guarded)
-    spec = InputSpec(vocabulary, query_length, doc_length, num_negatives, teacher_scores, teacher_guide)
-    if quantized_precisions:  # before MODEL_DIR is written
-        quantization_aware.check_start(quantized_precisions, init_checkpoint, run_folders.complete_steps(model_dir))
-    objective = training_loss(
-        loss_fn,
-        distill_fn,
-        spec,
-        contrastive_weight,
-        distillation_weight,
-        (matryoshka_dims, matryoshka_weights),
-        (quantized_precisions, quantized_weights),
-    )
-    inputs = TrainInputs(task, split, batch_size, spec, seed, data_shards, shuffle_block_size, id_masking, task_batches)
+    evaluation = Evaluation(every=cadence.eval_every, guard=bool(guard and guard.tasks))
+    spec = InputSpec(vocabulary, query_length, doc_length, data.num_negatives, data.teacher_scores, data.teacher_guide)
+    if terms.quantized_precisions:  # before MODEL_DIR is written
+        quantization_aware.check_start(
+            terms.quantized_precisions, init_checkpoint, run_folders.complete_steps(model_dir)
+        )
+    inputs = TrainInputs(
+        task, data.split, batch_size, spec, seed, data.data_shards, data.shuffle_block_size, data.id_masking,
+        data.task_batches,
+    )  # fmt: skip
+    packing = Packing()
     return fit(
         model_dir,
         model,
-        objective,
+        training_loss(loss_fn, distill_fn, spec, terms),
         mesh,
         rules,
         schedule=schedule,
         inputs=inputs,
-        packing=Packing(packing_max_segments, packing_row_bits, packing_row_sample) if packing else None,
+        packing=packing if packing.enabled else None,
         evaluation=evaluation,
         init_checkpoint=init_checkpoint,
-        grad_cache_chunk_size=grad_cache_chunk_size,
-        ema_decay=ema_decay,
+        grad_cache_chunk_size=step.grad_cache_chunk_size,
+        ema_decay=step.ema_decay,
         guard=guard,
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class Evaluation:
-    """gin `train.eval_*`: every `every` steps, in-batch loss metrics over the first `batches` batches
-    of `split` and / or retrieval metrics over `retrieval_task` / `retrieval_split`."""
-
-    every: int = 0
-    split: str | None = None
-    batches: int = 4
-    retrieval_task: str | None = None
-    retrieval_split: str = "test"
-    guard: bool = False  # the guard's tasks (guard.tasks) are evaluated too
-
-    def __post_init__(self):
-        if self.every and not (self.split or self.retrieval_task or self.guard):
-            raise BadValueError(
-                "train.eval_every is set but neither train.eval_split, train.retrieval_eval_task nor guard.tasks "
-                "is: name a held-out split or a guard task to evaluate on"
-            )
-        if (self.split or self.retrieval_task) and not self.every:
-            raise BadValueError(
-                "train.eval_split / train.retrieval_eval_task need train.eval_every > 0 (how often to evaluate)"
-            )
-
-
-def training_loss(
-    loss_fn,
-    distill_fn,
-    spec: InputSpec,
-    contrastive_weight,
-    distillation_weight,
-    nested=(None, None),
-    served=(None, None),
-):
-    """The step's loss from gin's train.*: `loss_fn` (at each served precision, `served` = (precisions,
-    weights); over nested dimensions with Matryoshka, `nested` = (dims, weights)), with the
-    distillation term when train.distillation_weight > 0; settings that would be ignored are refused."""
-    (matryoshka_dims, matryoshka_weights), (precisions, precision_weights) = nested, served
-    if precisions:
-        loss_fn = quantization_aware.aware(loss_fn, precisions, precision_weights)
-    elif precision_weights:
-        raise BadValueError("train.quantized_weights needs train.quantized_precisions (the precisions they weigh)")
-    if matryoshka_dims:
-        loss_fn = matryoshka.nested(loss_fn, matryoshka_dims, matryoshka_weights)
-    elif matryoshka_weights:
-        raise BadValueError("train.matryoshka_weights needs train.matryoshka_dims (the nested dimensions they weigh)")
-    if spec.guide is not None and not contrastive_weight:
+def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings):
+    """The step's loss from gin's objective.*: `loss_fn` (at each of objective.quantized_precisions;
+    over the nested dimensions of objective.matryoshka_dims), with the distillation term when
+    objective.distillation_weight > 0; settings that would be ignored are refused."""
+    if terms.quantized_precisions:
+        loss_fn = quantization_aware.aware(loss_fn, terms.quantized_precisions, terms.quantized_weights)
+    elif terms.quantized_weights:
         raise BadValueError(
-            "train.teacher_guide removes negatives from the contrastive loss, which train.contrastive_weight = 0 "
+            "objective.quantized_weights needs objective.quantized_precisions (the precisions they weigh)"
+        )
+    if terms.matryoshka_dims:
+        loss_fn = matryoshka.nested(loss_fn, terms.matryoshka_dims, terms.matryoshka_weights)
+    elif terms.matryoshka_weights:
+        raise BadValueError(
+            "objective.matryoshka_weights needs objective.matryoshka_dims (the nested dimensions they weigh)"
+        )
+    if spec.guide is not None and not terms.contrastive_weight:
+        raise BadValueError(
+            "inputs.teacher_guide removes negatives from the contrastive loss, which objective.contrastive_weight = 0 "
             "turns off: drop the guide or give the contrastive loss a weight"
         )
     return distillation.objective(
-        loss_fn, distill_fn, spec.teacher_scores, spec.num_negatives, contrastive_weight, distillation_weight
+        loss_fn,
+        distill_fn,
+        spec.teacher_scores,
+        spec.num_negatives,
+        terms.contrastive_weight,
+        terms.distillation_weight,
     )
 
 
@@ -414,7 +324,7 @@ def fit(
     schedule: loop.Schedule,
     inputs: TrainInputs,
     packing: Packing | None = None,
-    evaluation: Evaluation = Evaluation(),
+    evaluation: Evaluation,
     init_checkpoint: str | None = None,
     grad_cache_chunk_size: int | None = None,
     ema_decay: float | None = None,

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import itertools
 
+import gin
 import jax
 import numpy as np
 
@@ -38,7 +39,7 @@ def model_features(batch: dict[str, np.ndarray], id_masking: bool = True) -> dic
 
 @dataclasses.dataclass(frozen=True)
 class TrainInputs:
-    """What a run reads (gin `train.*`): `task` / `split`, the *global* `batch_size`, the data order
+    """What a run reads (gin `train.*` and `inputs.*`): `task` / `split`, the *global* `batch_size`, the data order
     (`seed`, `data_shards`, `shuffle_block_size`: data/pipeline.py), what every example carries
     (`spec`), whether ids mask duplicates (`id_masking`), and a mixture's one-task batches
     (`task_batches`)."""
@@ -59,13 +60,13 @@ class TrainInputs:
             if not self.id_masking or not self.spec.num_negatives:
                 raise BadValueError(
                     "TaskBatches.no_in_batch_negatives trains those tasks on their hard negatives alone (pairs marked "
-                    "one example by query id): it needs train.id_masking = True and train.num_negatives > 0"
+                    "one example by query id): it needs inputs.id_masking = True and inputs.num_negatives > 0"
                 )
         if guide is not None and not self.id_masking:
-            raise BadValueError("train.teacher_guide masks by document ids: it needs train.id_masking = True")
+            raise BadValueError("inputs.teacher_guide masks by document ids: it needs inputs.id_masking = True")
         if guide is not None and not guide.active:
             raise BadValueError(
-                "train.teacher_guide is a FalseNegativeFilter with no cut: set FalseNegativeFilter.margin (0: scored "
+                "inputs.teacher_guide is a FalseNegativeFilter with no cut: set FalseNegativeFilter.margin (0: scored "
                 "above the positive), FalseNegativeFilter.relative_margin or FalseNegativeFilter.max_score"
             )
 
@@ -80,9 +81,9 @@ class TrainInputs:
     def check_data(self, also_splits: tuple[str, ...] = ()) -> None:
         """Read every task the run draws from, as the run will (a mixture: each member now, not when
         it is first drawn, which may be hours in), before MODEL_DIR is written: a missing file, a task
-        with no query that has train.num_negatives hard negatives, or a batch larger than its task's
+        with no query that has inputs.num_negatives hard negatives, or a batch larger than its task's
         examples fails at start-up, naming the task. `also_splits` (the in-batch eval's
-        train.eval_split) are read the same way."""
+        train_eval.split) are read the same way."""
         from samtone_jax.tasks import catalogue, registration
 
         mixtures = catalogue.mixtures()
@@ -96,7 +97,7 @@ class TrainInputs:
         for split in also_splits:
             for name in names:
                 if not len(registration.examples(name, split, self.spec)["query_id"]):
-                    raise BadValueError(f"train.eval_split: task {name}/{split} has no pairs to evaluate on")
+                    raise BadValueError(f"train_eval.split: task {name}/{split} has no pairs to evaluate on")
         if self.task_batches is None:
             if sum(sizes.values()) < self.batch_size:
                 raise BadValueError(
@@ -109,7 +110,7 @@ class TrainInputs:
             if size < wanted:
                 raise BadValueError(
                     f"task {name}/{self.split} has {size} training pairs, fewer than its batch of {wanted} "
-                    "(train.task_batches: one task a batch): lower BATCH_SIZE or TaskBatches.batch_sizes"
+                    "(inputs.task_batches: one task a batch): lower BATCH_SIZE or TaskBatches.batch_sizes"
                 )
 
     def dataset(self):
@@ -129,9 +130,10 @@ class TrainInputs:
         )
 
 
+@gin.configurable("packing")
 @dataclasses.dataclass(frozen=True)
 class Packing:
-    """gin `train.packing_*`: each device's pairs packed into its own rows (data/packing.py), at most
+    """gin `packing.*`: when `enabled`, each device's pairs packed into its own rows (data/packing.py), at most
     `max_segments` texts a row, the row count rounded up to `row_bits` significant binary digits and
     at least the most that the run's first `row_sample` batches need (0: each batch its own count).
 
@@ -140,6 +142,7 @@ class Packing:
     The floor is a function of the data alone (batches 0 .. row_sample - 1, also when resuming), so a
     resumed run packs every batch as the uninterrupted run did."""
 
+    enabled: bool = False
     max_segments: int = 8
     row_bits: int = 3
     row_sample: int = 64
@@ -147,8 +150,8 @@ class Packing:
     def __post_init__(self):
         if self.max_segments < 1 or self.row_bits < 1 or self.row_sample < 0:
             raise BadValueError(
-                f"train.packing_max_segments = {self.max_segments} and train.packing_row_bits = {self.row_bits} "
-                f"must be ≥ 1, train.packing_row_sample = {self.row_sample} ≥ 0"
+                f"packing.max_segments = {self.max_segments} and packing.row_bits = {self.row_bits} "
+                f"must be ≥ 1, packing.row_sample = {self.row_sample} ≥ 0"
             )
 
     def row_floor(self, mesh, batches) -> tuple[int, int]:
