@@ -330,12 +330,18 @@ def test_the_demo_fine_tunes_an_import_and_tables_it_before_and_after(wordnet_en
     assert demo.main((), bindings, tower="minilm", **kwargs) == 0
     out = capsys.readouterr().out
     assert "step 3/3" in out and "all-MiniLM-L6-v2, zero-shot" in out and "all-MiniLM-L6-v2, fine-tuned" in out
-    results = json.loads((tmp_path / "demo" / "eval.json").read_text())
+    demo_dir = tmp_path / "demo"
+    assert (demo_dir / "finetune.txt").read_text() in out  # it is `samtone finetune`: its table, its folders
+    results = json.loads((demo_dir / "eval.json").read_text())
     assert results["tower"] == "minilm" and results["step"] == 3 and (results["queries"], results["corpus"]) == (3, 20)
     rows = ["all-MiniLM-L6-v2, zero-shot", "all-MiniLM-L6-v2, fine-tuned", "BM25 (bm25s)"]
     assert list(results["results"]) == rows
     assert all(0.0 <= m["P@1"] <= m["RR"] <= 1.0 for m in results["results"].values())
-    assert (tmp_path / "demo" / "tokenizer.json").read_bytes() == (hf / "tokenizer.json").read_bytes()
+    # The rows are the eval records finetune wrote (the base's, the run's), not a second evaluation.
+    after = json.loads((demo_dir / "run" / "eval" / "wordnet_definitions_test_step3_q3_c20.json").read_text())
+    assert results["results"]["all-MiniLM-L6-v2, fine-tuned"] == after["metrics"]
+    assert (demo_dir / "run" / "tokenizer.json").read_bytes() == (hf / "tokenizer.json").read_bytes()
+    assert (demo_dir / "export" / "modules.json").exists() and results["guards"] == {}
     with pytest.raises(BadValueError, match="--tower='bert'"):
         demo.main((), [], tower="bert")
 

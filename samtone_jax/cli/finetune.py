@@ -21,6 +21,7 @@ with: a rerun with others is refused (choose another --out), never served the ol
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import re
 
@@ -73,6 +74,13 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         "data is here); 'none' for no guard",
     )
     p.add_argument("--max_queries", type=int, default=2000, help="held-out queries evaluated (an even sample)")
+    p.add_argument(
+        "--candidates",
+        type=int,
+        default=None,
+        help="documents each held-out query is ranked among: its gold ones and an even sample of the rest "
+        "(default: all of the split's)",
+    )
     p.add_argument("--guard_queries", type=int, default=500, help="queries of each guard task evaluated")
     p.add_argument("--guard_candidates", type=int, default=5000, help="documents each guard query is ranked among")
     flags.gin_flags(p)
@@ -145,7 +153,27 @@ def _step(argv: list[str], what: str) -> None:
     (runtime.with_gin(mode.run) if mode.PARSES_GIN else mode.run)(args, bindings)  # as cli/main.py runs it
 
 
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a fine-tune made: the folders, and per task evaluated (in-domain first, then each guard)
+    its split and the eval records of the base and of the fine-tuned model."""
+
+    base: str
+    run_dir: str
+    export: str
+    rows: list[tuple[str, str, list[str]]]
+    table: str
+
+
 def run(args, bindings) -> int:
+    outcome = fine_tune(args, bindings)
+    print(outcome.table)
+    print(f"the fine-tuned model: {outcome.run_dir} (samtone_jax.load), {outcome.export} (SentenceTransformer)")
+    return 0
+
+
+def fine_tune(args, bindings) -> Outcome:
+    """Every step of `samtone finetune` (args: its flags), each skipped when its output is there."""
     from samtone_jax.checkpoints import load_model_gin, pretrained, reader
     from samtone_jax.cli import gin_registry
     from samtone_jax.config import gin_config
@@ -214,7 +242,7 @@ def run(args, bindings) -> int:
     # 3. before / after, in-domain and on each guard
     rows = []
     for name, queries, candidates in [
-        (task, args.max_queries, None),
+        (task, args.max_queries, args.candidates),
         *[(g, args.guard_queries, args.guard_candidates) for g in guards],
     ]:
         split = splits[name]
@@ -233,10 +261,8 @@ def run(args, bindings) -> int:
     if not (paths.as_path(export) / run_folders.COMMIT_MARKER).exists():
         _step(["export", f"--checkpoint={run_dir}", "--format=sentence-transformers", f"--out={export}"], "export")
     table = _table(rows, task)
-    print(table)
     write_atomic(out / "finetune.txt", table + "\n")
-    print(f"the fine-tuned model: {run_dir} (samtone_jax.load), {export} (SentenceTransformer)")
-    return 0
+    return Outcome(base, run_dir, export, rows, table)
 
 
 SETTINGS = "finetune.json"
