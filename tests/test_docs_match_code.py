@@ -1,7 +1,7 @@
 """The commands in README.md and docs/ stay true to the code: every `samtone MODE` (or `$S MODE`)
 line names a mode that exists and only flags that mode accepts, and every `--gin.NAME.PARAM=` and
 `NAME.PARAM = ` they write is a parameter of a registered gin configurable. (tests/test_own_data.py
-runs the README's own-data section itself, at tiny size.)"""
+runs the GUIDE's step-by-step fine-tune itself, at tiny size; tests/test_finetune.py the README's command.)"""
 
 from __future__ import annotations
 

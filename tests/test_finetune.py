@@ -82,6 +82,24 @@ def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet
     assert counts["with_enough_negatives"] > 0 and mined.read_text().count("\n") == counts["with_enough_negatives"]
     config = gin_config.read_bindings((tmp_path / "hard" / "run" / "config.gin").read_text())
     assert config["inputs.num_negatives"] == 1 and config["hard_negatives_file.path"] == str(mined)
+    # WiSE-FT: a dev split held out of training, the run mixed with its base at the α picked on it
+    # (the best dev score: no guard constraint at min_retention 0), that mix evaluated and exported.
+    wise = tmp_path / "wise"
+    argv[argv.index(f"--out={tmp_path / 'hard'}")] = f"--out={wise}"
+    assert cli.main([*argv, "--wise_ft", "--min_retention=0", "--dev_fraction=0.2"]) == 0
+    info = json.loads((wise / "wise_ft" / "info.json").read_text())
+    best = max(info["grid"], key=lambda m: (m["score"], -m["alpha"]))
+    assert info["method"] == "wise-ft" and info["alpha"] == best["alpha"] and len(info["grid"]) == 11
+    assert set(info["grid"][0]["guards"]) == {"other/train"}  # picked on the guard's train split, reported on test
+    table = (wise / "finetune.txt").read_text()
+    assert table.startswith(f"after: WiSE-FT α = {info['alpha']:g}")
+    assert list((wise / "wise_ft" / "eval").glob("finetune_data_test_q2000_call.json"))  # the mix is what is measured
+    assert json.loads((wise / "export" / "samtone.json").read_text())  # and what is shipped
+    config = gin_config.read_bindings((wise / "run" / "config.gin").read_text())
+    dev = {"format": "jsonl", "path": str(data), "test_fraction": 0.5, "dev_fraction": 0.2}
+    assert config["local_tasks.tasks"]["finetune_data"] == dev  # trained without the dev queries
+    assert cli.main(argv) == 2  # the same --out without --wise_ft: another recipe
+    assert "wise_ft: True then, None now" in capsys.readouterr().err
 
 
 def test_finetune_refuses_what_it_cannot_measure_before_training(tmp_path, wordnet_env, capsys):
@@ -98,3 +116,10 @@ def test_finetune_refuses_what_it_cannot_measure_before_training(tmp_path, wordn
     argv[argv.index("--test_fraction=0.0001")] = "--test_fraction=0.99"
     assert cli.main(argv) == 2
     assert "--base=nowhere: no such folder" in capsys.readouterr().err
+    out = tmp_path / "w"
+    wordnet = ["finetune", "--data=wordnet_definitions", "--base=nowhere", f"--out={out}", "--guard=none", "--wise_ft"]
+    assert cli.main(wordnet) == 2
+    assert (
+        "--wise_ft picks the mix on held-out dev queries, and wordnet_definitions has no dev" in capsys.readouterr().err
+    )
+    assert not out.exists()

@@ -1,7 +1,7 @@
 """Your own data as tasks: JSON lines of pairs / triplets (data/jsonl_pairs.py), a BEIR folder and an
 MS MARCO-style folder at any path, declared in gin (tasks/declared.py: local_tasks, mixtures), read
 by every mode (--gin on mine / encode / score / data-stats / build-vocab / tasks), and eval's plain
-flags; the README's own-data commands at tiny size."""
+flags; GUIDE's step-by-step fine-tune commands at tiny size."""
 
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ def test_modes_without_gin_refuse_it(capsys):
 
 
 def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_bert_import, wordnet_data, capsys):
-    """The README's "Train on your own data" commands, at tiny size, through the CLI: one gin file
+    """docs/GUIDE.md's "Fine-tune step by step" commands, at tiny size, through the CLI: one gin file
     declares the task, and train, tasks, data-stats, eval (plain flags), mine and export read it."""
     tokenizer, imported = tiny_bert_import
     with pytest.MonkeyPatch.context() as patch:
@@ -222,7 +222,7 @@ def test_own_jsonl_from_the_command_line_train_eval_mine_export(tmp_path, tiny_b
         f"--gin_file={imported}/model.gin",
         "--gin_file=runs/finetune_minilm.gin",
         *own,
-        "--task=my_pairs",  # the plain flags of the README's block, each over the gin file's value
+        "--task=my_pairs",  # the plain flags of the GUIDE's block, each over the gin file's value
         f"--out={run}",
         f"--checkpoint={imported}",
         f"--vocabulary={tokenizer}",
@@ -331,6 +331,40 @@ def test_bad_declarations_of_splits_files_and_rates(tmp_path):
     gin_registry.parse([], ["mixtures.declared = {'m': {'wordnet_definitions': 1e999}}"])
     with pytest.raises(BadValueError, match="finite numbers"):
         catalogue.mixtures()
+
+
+def test_a_dev_split_takes_the_next_part_of_the_md5_range_and_moves_no_test_query(tmp_path):
+    """dev_fraction: a query is in dev when md5's first 8 hex digits / 16^8 fall in [test, test + dev)."""
+    queries = [f"query number {i}" for i in range(400)]
+    path = write_jsonl(tmp_path / "p.jsonl", [{"query": q, "document": f"doc {i}"} for i, q in enumerate(queries)])
+    where = {q: int(hashlib.md5(q.encode()).hexdigest()[:8], 16) / 16**8 for q in queries}  # lower-case: normalised
+    expected = {
+        "test": {q for q in queries if where[q] < 0.1},
+        "dev": {q for q in queries if 0.1 <= where[q] < 0.3},
+        "train": {q for q in queries if where[q] >= 0.3},
+    }
+    assert all(20 < len(v) for v in expected.values())
+    gin_registry.parse([], [local("p", {"format": "jsonl", "path": str(path), "dev_fraction": 0.2})])
+    assert catalogue.loaders()["p"][1] == ("train", "dev", "test", "all")
+    for split, wanted in expected.items():
+        assert set(catalogue.collection("p", split).queries.values()) == wanted, split
+    gin_registry.parse([], [local("p", {"format": "jsonl", "path": str(path)})])
+    assert set(catalogue.collection("p", "test").queries.values()) == expected["test"]  # no dev: test unmoved
+    for spec, message in [
+        ({"format": "jsonl", "path": "a", "dev_fraction": 1.5}, r"'dev_fraction' must be in \[0, 1\)"),
+        ({"format": "jsonl", "path": "a", "test_fraction": 0.5, "dev_fraction": 0.5}, "must leave queries to train"),
+        ({"format": "jsonl", "files": {"train": "a"}, "dev_fraction": 0.2}, "with 'files' the files are the splits"),
+        ({"format": "beir", "path": "b", "dev_fraction": 0.2}, "a beir task takes 'path'"),
+    ]:
+        gin_registry.parse([], [local("t", spec)])
+        with pytest.raises(BadValueError, match=message):
+            catalogue.loaders()
+    tiny = write_jsonl(tmp_path / "one.jsonl", [{"query": next(q for q in queries if where[q] > 0.3), "document": "d"}])
+    gin_registry.parse([], [local("one", {"format": "jsonl", "path": str(tiny), "dev_fraction": 0.2})])
+    with pytest.raises(
+        BadValueError, match=r"one/dev is empty: .*\['dev_fraction'\] = 0.2.* the 0.2 after the first 0.1"
+    ):
+        catalogue.collection("one", "dev")
 
 
 def test_a_name_declared_again_replaces_what_seqio_held(tmp_path):

@@ -115,3 +115,75 @@ def test_weighted_average_of_a_fine_tuned_run_and_its_base_is_wise_ft(tiny_bert_
         argv = ["average", "--checkpoint", str(run), str(imported), "--weights", *weights, f"--out={tmp_path / 'x'}"]
         assert cli.main(argv) == 2
         assert said in capsys.readouterr().err
+
+
+def test_wise_ft_picks_the_best_alpha_whose_guards_keep_enough(monkeypatch):
+    """The rule alone, on made-up parameters and scores: θ_ft = 1, θ_base = 0, so a mix's θ is α; the
+    in-domain score rises with α, the guard falls as 1 − 0.4 α (its retention too)."""
+    from samtone_jax.core.errors import BadValueError
+    from samtone_jax.evaluation import soup
+
+    trees = {"ft": {"w": np.ones(3, np.float32)}, "base": {"w": np.zeros(3, np.float32)}}
+    monkeypatch.setattr(soup, "restore_params", lambda ingredient: trees[ingredient.label])
+    found = [soup.Ingredient("ft", "", False, ""), soup.Ingredient("base", "", False, "")]
+    rising = lambda p: float(p["w"][0])  # noqa: E731  α
+    guard = {"g": lambda p: 1.0 - 0.4 * float(p["w"][0])}
+    params, picked, mixes = soup.wise_ft(found, rising, guard, soup.DEFAULT_GRID, 0.95)
+    assert picked.alpha == pytest.approx(0.1) and params["w"] == pytest.approx([0.1] * 3)
+    assert [m.allowed for m in mixes] == [True, True] + [False] * 9
+    assert mixes[4].retention["g"] == pytest.approx(0.84) and mixes[4].score == pytest.approx(0.4)
+    assert soup.wise_ft(found, rising, guard, soup.DEFAULT_GRID, 0.5)[1].alpha == 1.0  # every α keeps ≥ 0.5
+    assert soup.wise_ft(found, rising, {}, [0.5, 0.7], 0.95)[1].alpha == pytest.approx(0.7)  # no guard
+    assert [m.alpha for m in soup.wise_ft(found, rising, {}, [0.5], 0.95)[2]] == [0.0, 0.5]  # the base always tried
+    flat = lambda p: 0.5  # noqa: E731
+    assert soup.wise_ft(found, flat, {}, soup.DEFAULT_GRID, 0.95)[1].alpha == 0.0  # a tie: nearest the base
+    with pytest.raises(BadValueError, match="each α in"):
+        soup.wise_ft(found, rising, {}, [1.5], 0.95)
+    with pytest.raises(BadValueError, match="WiSE-FT mixes 2 checkpoints"):
+        soup.wise_ft(found[:1], rising, {}, [0.5], 0.95)
+
+
+def test_wise_ft_picks_alpha_on_a_dev_split_under_a_guard_and_writes_the_mix(
+    tiny_bert_import, wordnet_env, tmp_path, capsys
+):
+    from conftest import tiny_bert_train_argv
+
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.tasks import catalogue
+
+    _, imported = tiny_bert_import
+    run = tmp_path / "run"
+    assert cli.main(tiny_bert_train_argv(run, tiny_bert_import, steps=1)) == 0
+    gin_registry.parse([], [])
+    source = catalogue.collection("wordnet_definitions", "all")
+    rows = [{"query": source.queries[q], "document": source.corpus[d]} for q, d in source.pairs()]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = {"format": "jsonl", "path": str(tmp_path / "pairs.jsonl"), "dev_fraction": 0.3}
+    (tmp_path / "pairs.gin").write_text(f"local_tasks.tasks = {{'pairs': {spec!r}}}\n")
+    mixed = tmp_path / "wise"
+    argv = ["average", "--checkpoint", str(run), str(imported), "--wise_ft", "--task=pairs", "--grid", "0.5,1"]
+    argv += ["--guard", "wordnet_definitions", "--guard_queries=10", "--guard_candidates=30", "--max_queries=20"]
+    argv += [f"--gin_file={tmp_path / 'pairs.gin'}", "--min_retention=0", f"--out={mixed}"]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    info = json.loads((mixed / "info.json").read_text())
+    assert info["method"] == "wise-ft" and info["validation"] == "pairs/dev"
+    assert [m["alpha"] for m in info["grid"]] == [0.0, 0.5, 1.0]
+    assert set(info["grid"][0]["guards"]) == {"wordnet_definitions/train"}  # the guard's split the table does not use
+    assert info["grid"][0]["retention"] == {"wordnet_definitions/train": 1.0}
+    best = max(info["grid"], key=lambda m: (m["score"], -m["alpha"]))  # every α allowed at min_retention 0
+    assert info["alpha"] == best["alpha"] and f"WiSE-FT: α = {best['alpha']:g}" in printed
+    a = info["alpha"]
+    fine_tuned, base = _leaves(_params(run, 1)), _leaves(load_params(str(imported)))
+    for s, t, b in zip(_leaves(load_params(str(mixed))), fine_tuned, base, strict=True):
+        expected = a * np.asarray(t, np.float32) + (1 - a) * np.asarray(b, np.float32)
+        np.testing.assert_allclose(s, expected, rtol=1e-6, atol=1e-7)
+    bad = ["average", "--checkpoint", str(run), str(imported), "--wise_ft", f"--out={tmp_path / 'x'}"]
+    assert cli.main([*bad, "--task=wordnet_definitions"]) == 2
+    assert "wordnet_definitions has no dev split (train, test, all)" in capsys.readouterr().err
+    assert cli.main(bad) == 2
+    assert "--wise_ft picks α by the score on held-out in-domain queries" in capsys.readouterr().err
+    assert (
+        cli.main(["average", "--checkpoint", str(run), str(imported), "--grid", "0.5", f"--out={tmp_path / 'x'}"]) == 2
+    )
+    assert "--grid choose how --wise_ft picks its α" in capsys.readouterr().err

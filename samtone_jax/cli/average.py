@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from samtone_jax.cli import flags, runtime
 from samtone_jax.core.errors import BadValueError, ExistingFileError
 
 NAME = "average"
-HELP = "a soup: the weight average of checkpoints of one model (uniform or greedy)"
+HELP = "a soup: the weight average of checkpoints of one model (uniform, weighted, greedy or WiSE-FT picked)"
 EXAMPLE = "samtone average --checkpoint runs/seed0 runs/seed1 runs/seed2 --out runs/soup"
 PARSES_GIN = True  # runtime.with_gin parses --gin_file / --gin.NAME=VALUE before run
 
@@ -42,6 +43,22 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         "--max_queries", type=int, default=None, help="an even sample of this many validation queries (2000)"
     )
     p.add_argument("--candidates", type=int, default=None, help="rank among this many documents (default: all)")
+    p.add_argument(
+        "--wise_ft",
+        action="store_true",
+        help="with a fine-tuned run and its base (in that order) and --task: mix them as α·run + (1 − α)·base, α "
+        "picked on --grid by the --task / --split score (default split: dev) among the α whose --guard tasks keep "
+        "≥ --min_retention of the base's score",
+    )
+    p.add_argument("--guard", nargs="+", default=None, help="WiSE-FT: tasks the mix must keep its quality on")
+    p.add_argument(
+        "--min_retention", type=float, default=0.95, help="WiSE-FT: each guard's score ÷ the base's, at least (0.95)"
+    )
+    p.add_argument("--grid", nargs="+", default=None, help="WiSE-FT: the α tried (default 0, 0.1, ..., 1)")
+    p.add_argument("--guard_queries", type=int, default=500, help="WiSE-FT: queries of each guard task (500)")
+    p.add_argument(
+        "--guard_candidates", type=int, default=5000, help="WiSE-FT: documents each guard query is ranked among"
+    )
     p.add_argument("--data_dir", default=None, help="data root (default: $SAMTONE_DATA_DIR)")
     p.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")
     flags.gin_flags(p)
@@ -65,22 +82,39 @@ def run(args, bindings) -> int:
     greedy_flags = [f"--{k}" for k in ("split", "measure", "max_queries", "candidates") if getattr(args, k) is not None]
     if greedy_flags and not args.task:
         raise BadValueError(f"{', '.join(greedy_flags)} choose a greedy soup's validation: add --task")
+    wise_flags = [f"--{k}" for k in ("guard", "grid") if getattr(args, k) is not None]
+    if wise_flags and not args.wise_ft:
+        raise BadValueError(f"{', '.join(wise_flags)} choose how --wise_ft picks its α: add --wise_ft")
+    if args.wise_ft and not args.task:
+        raise BadValueError("--wise_ft picks α by the score on held-out in-domain queries: name them with --task")
+    if not 0 <= args.min_retention <= 1:
+        raise BadValueError(f"--min_retention={args.min_retention}: a fraction of the base's score, in [0, 1]")
+    grid = flags.floats(args.grid, "--grid") if args.grid is not None else soup.DEFAULT_GRID
     found = soup.ingredients(args.checkpoints, args.last)
     if args.weights is not None and args.task:
         raise BadValueError("--weights mixes the checkpoints as given; a greedy soup (--task) chooses its own")
     weights = soup.check_weights(args.weights, found) if args.weights is not None else None
-    method = "greedy" if args.task else "weighted" if weights else "uniform"
+    method = "wise-ft" if args.wise_ft else "greedy" if args.task else "weighted" if weights else "uniform"
     info = {"averaged": [i.label for i in found], "method": method}
     if weights:
         info["weights"] = [w / sum(weights) for w in weights]
     if args.task:
         if jax.process_count() > 1:
             raise BadValueError(
-                "a greedy soup (--task) runs on one host: run it without the distributed flags (on a pod: "
-                "launch/tpu/run.sh ... --worker=0 average -- ...), or drop --task for a uniform soup"
+                "a greedy or WiSE-FT soup (--task) runs on one host: run it without the distributed flags (on a "
+                "pod: launch/tpu/run.sh ... --worker=0 average -- ...), or drop --task for a uniform soup"
             )
-        split, collection = runtime.load_task(args)
+        if args.wise_ft:
+            split, collection = runtime.load_task(args, default_split="dev")
+        else:
+            split, collection = runtime.load_task(args)
         score, measure = soup.validation_score(found[0].label, args.task, collection, args)
+    if args.wise_ft:
+        params, picked, info["grid"] = _wise_ft(args, found, score, grid)
+        info |= {"validation": f"{args.task}/{split}", "measure": measure, "alpha": picked.alpha}
+        info["weights"] = [picked.alpha, 1 - picked.alpha]
+        kept = info["averaged"]
+    elif args.task:
         params, kept, scores = soup.greedy(found, score)
         info |= {"kept": kept, "validation": f"{args.task}/{split}", "measure": measure, "scores": scores}
         print("\n".join(f"  {label}: {measure} {value:.4f}" for label, value in scores.items()))
@@ -90,5 +124,40 @@ def run(args, bindings) -> int:
         params = soup.uniform(found, mesh, weights)
         kept = info["averaged"]
     out = soup.write(args.out, params, found, info, overwrite=args.overwrite)
+    if args.wise_ft:
+        alpha = info["alpha"]
+        print(f"WiSE-FT: α = {alpha:g} ({alpha:g} × {found[0].label} + {1 - alpha:g} × {found[1].label})")
     print(f"{info['method']} soup of {len(kept)} of {len(found)} checkpoints -> {out}")
     return 0
+
+
+def _wise_ft(args, found, score, grid):
+    """soup.wise_ft on `grid`, each --guard task scored on a split the table does not report (its dev,
+    else its train: guard tasks are not trained on), and the grid printed and returned as records."""
+    from samtone_jax.evaluation import soup
+    from samtone_jax.tasks import catalogue
+
+    guards = {}
+    for name in flags.items(args.guard or []):
+        if name == args.task:
+            raise BadValueError(
+                f"--guard {name}: the validation task itself; a guard is a task the run did not train on"
+            )
+        if name not in catalogue.loaders():
+            raise BadValueError(f"--guard {name}: unknown task; registered tasks: {', '.join(catalogue.task_names())}")
+        splits = catalogue.loaders()[name][1]
+        split = next((s for s in ("dev", "train") if s in splits), splits[0])
+        collection = catalogue.collection(name, split)
+        guards[f"{name}/{split}"], _ = soup.validation_score(
+            found[0].label, name, collection, args, args.guard_queries, args.guard_candidates
+        )
+    params, picked, mixes = soup.wise_ft(found, score, guards, grid, args.min_retention)
+    print(f"{'α':>5} {args.measure or 'RR':>8} " + " ".join(f"{g + ' kept':>28}" for g in guards))
+    for m in mixes:
+        cells = " ".join(f"{m.retention[g]:28.1%}" for g in guards)
+        print(
+            f"{m.alpha:5.2f} {m.score:8.4f} {cells}"
+            + ("  <- picked" if m is picked else "" if m.allowed else "  (guard)")
+        )
+    records = [dataclasses.asdict(m) for m in mixes]
+    return params, picked, records

@@ -9,9 +9,13 @@ command. Each step is resumable and skipped when its output is there:
   3. train     runs/finetune_minilm.gin's recipe on your pairs (a JSONL file: 10 % of its queries held
                out by a stated rule, or any task by name) into OUT/run, guarded on the built-in tasks it
                does not train on whose data is here (or --guard): their retention is logged as it trains
-  4. evaluate  the base and the fine-tuned model on the held-out queries and on each guard task, at the
+  4. wise-ft   with --wise_ft: the run mixed with its base, α·run + (1 − α)·base, α picked on held-out
+               dev queries (10 % more of a --data file's queries, --dev_fraction) as the best in-domain
+               score whose guards keep ≥ --min_retention of the base's (scored on their train / dev
+               splits, not the table's), into OUT/wise_ft: the model evaluated and exported
+  5. evaluate  the base and the fine-tuned model on the held-out queries and on each guard task, at the
                base model's serving lengths, with paired significance tests
-  5. export    a sentence-transformers folder, OUT/export
+  6. export    a sentence-transformers folder, OUT/export
 
 and prints one table: in-domain and guard, before / after, the difference's p-value, and the
 guards' retention (after ÷ before). OUT/finetune.json records the settings its outputs were made
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import re
 
@@ -73,6 +78,17 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         help="tasks the model must keep its quality on (default: the built-in ones it does not train on whose "
         "data is here); 'none' for no guard",
     )
+    p.add_argument(
+        "--wise_ft",
+        action="store_true",
+        help="mix the run with its base (WiSE-FT), the mix picked on dev queries under the guard: the model shipped",
+    )
+    p.add_argument(
+        "--min_retention", type=float, default=0.95, help="--wise_ft: each guard's score ÷ the base's, at least"
+    )
+    p.add_argument(
+        "--dev_fraction", type=float, default=0.1, help="--wise_ft: queries of a --data file held out to pick the mix"
+    )
     p.add_argument("--max_queries", type=int, default=2000, help="held-out queries evaluated (an even sample)")
     p.add_argument(
         "--candidates",
@@ -103,6 +119,8 @@ def _declare(args) -> tuple[str, list[str]]:
     except ValueError:
         declared = {}
     declared[DATA_TASK] = {"format": "jsonl", "path": data, "test_fraction": args.test_fraction}
+    if args.wise_ft:
+        declared[DATA_TASK]["dev_fraction"] = args.dev_fraction
     return DATA_TASK, [f"local_tasks.tasks = {declared!r}"]
 
 
@@ -140,9 +158,9 @@ def _split(task: str) -> str:
 def _step(argv: list[str], what: str) -> None:
     """One step, run as its mode would run `samtone <argv>`; its error is finetune's (the steps done
     are kept: a rerun goes on from this one)."""
-    from samtone_jax.cli import evaluate, export, import_checkpoint, mine, train
+    from samtone_jax.cli import average, evaluate, export, import_checkpoint, mine, train
 
-    modes = {m.NAME: m for m in (import_checkpoint, mine, train, evaluate, export)}
+    modes = {m.NAME: m for m in (import_checkpoint, mine, train, average, evaluate, export)}
     log.info("finetune: %s", what)
     argv, bindings = flags.split_gin_overrides(argv)
     mode = modes[argv[0]]
@@ -160,6 +178,7 @@ class Outcome:
 
     base: str
     run_dir: str
+    model: str  # the model shipped: the run, or its WiSE-FT mix with the base
     export: str
     rows: list[tuple[str, str, list[str]]]
     table: str
@@ -168,7 +187,7 @@ class Outcome:
 def run(args, bindings) -> int:
     outcome = fine_tune(args, bindings)
     print(outcome.table)
-    print(f"the fine-tuned model: {outcome.run_dir} (samtone_jax.load), {outcome.export} (SentenceTransformer)")
+    print(f"the fine-tuned model: {outcome.model} (samtone_jax.load), {outcome.export} (SentenceTransformer)")
     return 0
 
 
@@ -179,6 +198,7 @@ def fine_tune(args, bindings) -> Outcome:
     from samtone_jax.config import gin_config
     from samtone_jax.core import paths, run_folders
     from samtone_jax.core.atomic_file import write_atomic
+    from samtone_jax.core.errors import BadValueError
     from samtone_jax.models import families
 
     runtime.required(args, "out")
@@ -194,6 +214,15 @@ def fine_tune(args, bindings) -> Outcome:
     macros = [f"--gin_bindings={b}" for b in given if "." not in b.split("=", 1)[0]]
     guards = _guards(args, task)
     splits = {name: _split(name) for name in [task, *guards]}  # each read, before anything runs
+    if args.wise_ft:
+        from samtone_jax.tasks import catalogue
+
+        if "dev" not in catalogue.loaders()[task][1]:
+            raise BadValueError(
+                f"--wise_ft picks the mix on held-out dev queries, and {task} has no dev split: give a JSONL file as "
+                "--data (--dev_fraction of its queries are held out), or a task with one"
+            )
+        catalogue.collection(task, "dev")  # an empty one is refused before anything trains
     _same_settings(out, args, guards, given)
     # 1. the base, as a samtone parameter checkpoint
     base = args.base
@@ -239,6 +268,15 @@ def fine_tune(args, bindings) -> Outcome:
         train += [f"--gin.guard.candidates={args.guard_candidates}"]
     if not _complete(run_dir, args.steps):
         _step(train, "train")
+    model = run_dir
+    if args.wise_ft:  # 3. the run mixed with its base, picked on dev under the guard
+        model = str(out / "wise_ft")
+        if not (paths.as_path(model) / run_folders.COMMIT_MARKER).exists():
+            mix = ["average", "--checkpoint", run_dir, base, "--wise_ft", f"--task={task}", "--split=dev", *gin]
+            mix += [f"--min_retention={args.min_retention}", f"--max_queries={args.max_queries}", f"--out={model}"]
+            mix += [f"--guard_queries={args.guard_queries}", f"--guard_candidates={args.guard_candidates}"]
+            mix += ["--guard", *guards] if guards else []
+            _step(mix, "WiSE-FT: the mix of the run and its base picked on dev queries under the guard")
     # 3. before / after, in-domain and on each guard
     rows = []
     for name, queries, candidates in [
@@ -247,22 +285,25 @@ def fine_tune(args, bindings) -> Outcome:
     ]:
         split = splits[name]
         records = []
-        for model in (base, run_dir):
-            ev = ["eval", *gin, f"--checkpoint={model}", f"--task={name}", f"--split={split}"]
+        for evaluated in (base, model):
+            ev = ["eval", *gin, f"--checkpoint={evaluated}", f"--task={name}", f"--split={split}"]
             ev += [f"--max_queries={queries}"] + ([f"--candidates={candidates}"] if candidates else [])
-            record = _eval_record(model, name, split, queries, candidates)
+            record = _eval_record(evaluated, name, split, queries, candidates)
             if record is None:
-                _step(ev, f"evaluation of {model} on {name}/{split}")
-                record = _eval_record(model, name, split, queries, candidates)
+                _step(ev, f"evaluation of {evaluated} on {name}/{split}")
+                record = _eval_record(evaluated, name, split, queries, candidates)
             records.append(record)
         rows.append((name, split, records))
     # 4. export
     export = str(out / "export")
     if not (paths.as_path(export) / run_folders.COMMIT_MARKER).exists():
-        _step(["export", f"--checkpoint={run_dir}", "--format=sentence-transformers", f"--out={export}"], "export")
+        _step(["export", f"--checkpoint={model}", "--format=sentence-transformers", f"--out={export}"], "export")
     table = _table(rows, task)
+    if args.wise_ft:
+        alpha = json.loads((paths.as_path(model) / "info.json").read_text())["alpha"]
+        table = f"after: WiSE-FT α = {alpha:g} (α × the run + (1 − α) × the base, picked on {task}/dev)\n" + table
     write_atomic(out / "finetune.txt", table + "\n")
-    return Outcome(base, run_dir, export, rows, table)
+    return Outcome(base, run_dir, model, export, rows, table)
 
 
 SETTINGS = "finetune.json"
@@ -271,8 +312,6 @@ SETTINGS = "finetune.json"
 def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
     """Record in OUT/finetune.json what OUT's outputs are made from, or refuse a rerun that asks for
     others: a done step is skipped by its output alone, which must not be another recipe's."""
-    import json
-
     from samtone_jax.core import paths
     from samtone_jax.core.atomic_file import write_atomic
     from samtone_jax.core.errors import BadValueError
@@ -281,15 +320,20 @@ def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
         raise BadValueError(f"--hard_negatives={args.hard_negatives}: must be ≥ 0 (0: in-batch negatives only)")
     if not 0 <= args.negative_margin < 1:
         raise BadValueError(f"--negative_margin={args.negative_margin}: must be in [0, 1) (a fraction of the positive)")
+    if not 0 <= args.min_retention <= 1:
+        raise BadValueError(f"--min_retention={args.min_retention}: a fraction of the base's score, in [0, 1]")
     keys = ("data", "base", "steps", "learning_rate", "test_fraction", "hard_negatives")
     now = {k: getattr(args, k) for k in keys} | {
         "negative_margin": args.negative_margin if args.hard_negatives else None
     }
+    if args.wise_ft:  # absent otherwise: an earlier release's finetune.json still matches
+        now |= {"wise_ft": True, "min_retention": args.min_retention, "dev_fraction": args.dev_fraction}
     now |= {"guard": guards, "gin_file": list(args.gin_file), "gin_bindings": list(given)}
     record = paths.as_path(out) / SETTINGS
     if record.exists():
         then = json.loads(record.read_text())
-        differ = [f"{k}: {then.get(k)!r} then, {v!r} now" for k, v in now.items() if then.get(k) != v]
+        keys = [*now, *(k for k in then if k not in now)]  # a setting given then and not now differs too
+        differ = [f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in keys if then.get(k) != now.get(k)]
         if differ:
             raise BadValueError(
                 f"{paths.as_str(out)} holds a fine-tune made with other settings ({'; '.join(differ)}): choose another "

@@ -127,6 +127,14 @@ def _ints(values: list[str], flag: str) -> tuple[int, ...]:
         raise BadValueError(f"{flag} {' '.join(values)}: must be integers, e.g. 64,128,256") from None
 
 
+def floats(values: list[str], flag: str) -> tuple[float, ...]:
+    """A list flag's numbers (space- or comma-separated), or an error naming the flag."""
+    try:
+        return tuple(float(k) for k in items(values))
+    except ValueError:
+        raise BadValueError(f"{flag} {' '.join(values)}: must be numbers, e.g. 0,0.5,1") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class GinFlag:
     """A plain flag that sets one gin parameter: `--task=x` binds `train.task = 'x'` over whatever a gin

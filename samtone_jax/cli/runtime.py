@@ -73,13 +73,20 @@ def with_gin(command):
     return run
 
 
-def load_task(args):
+def load_task(args, default_split: str = "train"):
+    """(split, collection) of args.task / args.split (default: `default_split`, else the task's first;
+    a default of 'dev' the task lacks is refused: held-out queries are what it asks for)."""
     from samtone_jax.tasks import catalogue
 
     if args.task not in catalogue.loaders():
         raise BadValueError(f"unknown task {args.task!r}; registered tasks: {', '.join(catalogue.task_names())}")
     splits = catalogue.loaders()[args.task][1]
-    split = args.split or ("train" if "train" in splits else splits[0])
+    if args.split is None and default_split == "dev" and "dev" not in splits:
+        raise BadValueError(
+            f"{args.task} has no dev split ({', '.join(splits)}): held-out in-domain queries pick the mix; declare "
+            "one (a JSONL task's 'dev_fraction') or name a split with --split"
+        )
+    split = args.split or (default_split if default_split in splits else splits[0])
     return split, catalogue.collection(args.task, split, args.skip_bad_records or None)  # None: gin decides
 
 

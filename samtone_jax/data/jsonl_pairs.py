@@ -17,8 +17,10 @@ gs:// files, `.gz` too; a malformed line fails as `file:line: what` (or is skipp
 skip_bad_records).
 
 Splits: a file per split, or one file split by a stated rule: a query is in 'test' when the first
-8 hex digits of md5(its normalised text) fall below test_fraction x 16^8, so all pairs of a query
-land on one side, whatever the file's order, and adding lines never moves an existing query.
+8 hex digits of md5(its normalised text), as a fraction of 16^8, fall below test_fraction, in 'dev'
+when they fall in the next dev_fraction of the range, in 'train' otherwise; so all pairs of a query
+land on one side, whatever the file's order, and adding lines never moves an existing query (nor
+does adding a dev split move a test query).
 """
 
 from __future__ import annotations
@@ -43,10 +45,17 @@ FIELDS = (
 )
 
 
+def split_of(query: str, test_fraction: float, dev_fraction: float = 0.0) -> str:
+    """'test', 'dev' or 'train': the split rule of a one-file task (module docstring)."""
+    position = int(hashlib.md5(normalize_text(query).encode("utf-8")).hexdigest()[:8], 16)
+    if position < test_fraction * 16**8:
+        return "test"
+    return "dev" if position < (test_fraction + dev_fraction) * 16**8 else "train"
+
+
 def in_test_split(query: str, test_fraction: float) -> bool:
-    """The split rule of a one-file task (module docstring)."""
-    digest = hashlib.md5(normalize_text(query).encode("utf-8")).hexdigest()[:8]
-    return int(digest, 16) < test_fraction * 16**8
+    """Whether `query` is in a one-file task's 'test' split."""
+    return split_of(query, test_fraction) == "test"
 
 
 def _text(record: dict, key: str) -> str:

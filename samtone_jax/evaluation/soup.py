@@ -8,6 +8,9 @@ read), in float32.
            mixed with the model it started from (an import is an ingredient like any other)
   greedy   the ingredients by their own score on a validation task, best first, each added only if
            the soup's score does not drop (Wortsman et al.'s greedy soup)
+  wise-ft  a fine-tuned run and its base mixed as α·θ_ft + (1 − α)·θ_base, α picked on a grid: the best
+           in-domain validation score among the α whose guard tasks keep at least `min_retention` of
+           the base's score (α = 0, the base, always qualifies)
 
 The soup is written as a parameter checkpoint with the first ingredient's config, vocabulary and
 prompts: samtone_jax.load, eval, export and INIT_CHECKPOINT read it like an import.
@@ -269,9 +272,49 @@ def greedy(found: list[Ingredient], score) -> tuple[object, list[str], dict[str,
     return running.mean(), kept, {**alone, "soup": best}
 
 
-def validation_score(first: str, task: str, collection, args):
+DEFAULT_GRID = tuple(round(0.1 * i, 1) for i in range(11))
+
+
+@dataclasses.dataclass(frozen=True)
+class Mix:
+    """One α of a WiSE-FT grid: the validation score and each guard's score and retention."""
+
+    alpha: float
+    score: float
+    guards: dict[str, float]
+    retention: dict[str, float]
+    allowed: bool
+
+
+def wise_ft(found: list[Ingredient], score, guard_scores: dict, grid, min_retention: float):
+    """(parameters, the picked Mix, every Mix): found = [fine-tuned, base]; `score(params)` and each
+    `guard_scores[name](params)` higher is better; the picked α has the best score among those whose
+    every guard keeps ≥ min_retention of α = 0's (ties: the smaller α, nearer the base)."""
+    if len(found) != 2:
+        raise BadValueError(f"WiSE-FT mixes 2 checkpoints (the fine-tuned run, then its base); got {len(found)}")
+    grid = sorted({0.0, *(float(a) for a in grid)})
+    if grid[0] < 0 or grid[-1] > 1:
+        raise BadValueError(f"--grid {' '.join(f'{a:g}' for a in grid)}: each α in [0, 1]")
+    tuned, base = (restore_params(i) for i in found)
+    mixes, at_base = [], {}
+    for alpha in grid:
+        params = jax.tree_util.tree_map(lambda t, b, a=alpha: np.float32(a) * t + np.float32(1 - a) * b, tuned, base)
+        guards = {name: guard(params) for name, guard in guard_scores.items()}
+        at_base = at_base or guards  # α = 0 comes first
+        retention = {name: (v / at_base[name] if at_base[name] else 1.0) for name, v in guards.items()}
+        allowed = all(r >= min_retention for r in retention.values())
+        mixes.append(Mix(alpha, score(params), guards, retention, allowed))
+    picked = max((m for m in mixes if m.allowed), key=lambda m: (m.score, -m.alpha))
+    params = jax.tree_util.tree_map(
+        lambda t, b: np.float32(picked.alpha) * t + np.float32(1 - picked.alpha) * b, tuned, base
+    )
+    return params, picked, mixes
+
+
+def validation_score(first: str, task: str, collection, args, max_queries=None, candidates=None):
     """(params -> the validation measure of the model of checkpoint `first` with those parameters,
-    the measure's name) on an even sample of `collection` (args: measure, max_queries, candidates)."""
+    the measure's name) on an even sample of `collection` (args: measure, max_queries, candidates;
+    `max_queries` / `candidates` given here instead: a guard's sample)."""
     from samtone_jax.evaluation import metrics, run
     from samtone_jax.inference import encoder as inference
 
@@ -279,7 +322,7 @@ def validation_score(first: str, task: str, collection, args):
     measure = next((m for m in metrics.DEFAULT_MEASURES if str(m) == wanted), None)
     if measure is None:
         raise BadValueError(f"--measure {wanted!r}: choose one of {', '.join(map(str, metrics.DEFAULT_MEASURES))}")
-    collection = collection.sample(args.max_queries or 2000, args.candidates)
+    collection = collection.sample(max_queries or args.max_queries or 2000, candidates or args.candidates)
     base = inference.load_encoder(first, task=task)
 
     def score(params) -> float:

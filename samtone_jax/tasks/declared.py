@@ -82,7 +82,7 @@ LOCAL_FORMATS = {  # format -> (its files, the default splits)
         ("train", "dev"),
     ),
 }
-LOCAL_KEYS = {"format", "path", "files", "splits", "test_fraction"}
+LOCAL_KEYS = {"format", "path", "files", "splits", "test_fraction", "dev_fraction"}
 
 
 @gin.configurable
@@ -95,7 +95,9 @@ def local_tasks(tasks: dict | None = None) -> dict:
       files      jsonl instead of path: {split: file}, the splits taken from files
       splits     beir, msmarco: the splits the folder has (default ('train', 'dev', 'test') / ('train', 'dev'))
       test_fraction  jsonl with one path: the share of queries in 'test' (default 0.1): by the md5 of
-                 the normalised query text (data/jsonl_pairs.in_test_split), so a query's pairs stay together
+                 the normalised query text (data/jsonl_pairs.split_of), so a query's pairs stay together
+      dev_fraction   jsonl with one path: the share in 'dev' (default 0: none), the next part of the
+                 md5 range (a validation split: WiSE-FT's coefficient is picked on it)
 
     They train, mine, score, evaluate and mix (gin mixtures.declared) like the built-in tasks; `samtone
     tasks` lists them with their splits and files."""
@@ -113,12 +115,15 @@ def local_tasks(tasks: dict | None = None) -> dict:
         files = spec.get("files")
         if kind == "jsonl" and ("path" in spec) == (files is not None):
             raise BadValueError(f"{where}: give 'path' (one file, split by rule) or 'files' ({{split: file}}): one")
-        if kind != "jsonl" and ("path" not in spec or files is not None or "test_fraction" in spec):
+        fractions = {"test_fraction", "dev_fraction"} & set(spec)
+        if kind != "jsonl" and ("path" not in spec or files is not None or fractions):
             raise BadValueError(f"{where}: a {kind} task takes 'path' (its folder) and optionally 'splits'")
         if kind == "jsonl" and "splits" in spec:
             raise BadValueError(f"{where}: a jsonl task's splits are train / test / all (path) or the keys of 'files'")
-        if files is not None and "test_fraction" in spec:
-            raise BadValueError(f"{where}: 'test_fraction' splits one 'path'; with 'files' the files are the splits")
+        if files is not None and fractions:
+            raise BadValueError(
+                f"{where}: {' / '.join(sorted(fractions))} split one 'path'; with 'files' the files are the splits"
+            )
         strings = lambda v: isinstance(v, str) and v  # noqa: E731
         if "path" in spec and not strings(spec["path"]):
             raise BadValueError(f"{where}: 'path' must be a file or folder name; got {spec['path']!r}")
@@ -127,9 +132,12 @@ def local_tasks(tasks: dict | None = None) -> dict:
             raise BadValueError(f"{where}: 'splits' must list split names, e.g. ('train', 'dev'); got {splits!r}")
         if files is not None and (not isinstance(files, dict) or not files or not all(map(strings, files.values()))):
             raise BadValueError(f"{where}: 'files' must map split names to files; got {files!r}")
-        fraction = spec.get("test_fraction", 0.1)
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
-            raise BadValueError(f"{where}: 'test_fraction' must be in [0, 1) (0: no test split); got {fraction!r}")
+        for key, default, what in (("test_fraction", 0.1, "test"), ("dev_fraction", 0.0, "dev")):
+            fraction = spec.get(key, default)
+            if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+                raise BadValueError(f"{where}: {key!r} must be in [0, 1) (0: no {what} split); got {fraction!r}")
+        if spec.get("test_fraction", 0.1) + spec.get("dev_fraction", 0.0) >= 1:
+            raise BadValueError(f"{where}: 'test_fraction' + 'dev_fraction' must leave queries to train on (< 1)")
         out[name] = dict(spec)
     return out
 
@@ -138,7 +146,10 @@ def local_splits(spec: dict) -> tuple[str, ...]:
     if spec["format"] == "jsonl":
         if "files" in spec:
             return tuple(spec["files"])
-        return ("train", "test", "all") if spec.get("test_fraction", 0.1) else ("train", "all")
+        held_out = (("dev",) if spec.get("dev_fraction") else ()) + (
+            ("test",) if spec.get("test_fraction", 0.1) else ()
+        )
+        return ("train", *held_out, "all")
     return tuple(spec.get("splits", LOCAL_FORMATS[spec["format"]][1]))
 
 
@@ -151,19 +162,24 @@ def _local(name: str, spec: dict, split: str, skip_bad_records: bool = False) ->
         return msmarco.load_msmarco(spec["path"], split, skip_bad_records, name=name)
     if "files" in spec:
         return jsonl_pairs.load(spec["files"][split], name, skip_bad_records=skip_bad_records)
-    fraction = spec.get("test_fraction", 0.1)
-    keep = {
-        "all": lambda query: True,
-        "test": lambda query: jsonl_pairs.in_test_split(query, fraction),
-        "train": lambda query: not jsonl_pairs.in_test_split(query, fraction),
-    }[split]
+    fraction, dev = spec.get("test_fraction", 0.1), spec.get("dev_fraction", 0.0)
+    if split == "all":
+        keep = lambda query: True  # noqa: E731
+    else:
+        keep = lambda query: jsonl_pairs.split_of(query, fraction, dev) == split  # noqa: E731
     loaded = jsonl_pairs.load(spec["path"], name, keep, skip_bad_records)
     if split != "all" and not (loaded.queries and loaded.corpus):
-        share = f"the first {fraction:g}" if split == "test" else f"all but the first {fraction:g}"
-        rule = f"local_tasks.tasks[{name!r}]['test_fraction'] = {fraction:g}"
+        share = {
+            "test": f"the first {fraction:g}",
+            "dev": f"the {dev:g} after the first {fraction:g}",
+            "train": f"all but the first {fraction + dev:g}",
+        }[split]
+        rule = f"local_tasks.tasks[{name!r}]['test_fraction'] = {fraction:g}" + (
+            f", ['dev_fraction'] = {dev:g}" if dev else ""
+        )
         raise BadValueError(
             f"{name}/{split} is empty: the split rule ({rule}) puts in '{split}' the queries whose md5 falls in "
-            f"{share} of the range, and none of {spec['path']}'s does; change test_fraction, give the splits as "
+            f"{share} of the range, and none of {spec['path']}'s does; change the fractions, give the splits as "
             "'files', or use split 'all'"
         )
     return loaded
@@ -208,7 +224,9 @@ def files_of(name: str) -> str | None:
             return f"{spec['path']}/: {LOCAL_FORMATS[spec['format']][0].split(': ', 1)[1]}"
         if "files" in spec:
             return "JSON lines of pairs, " + ", ".join(f"{k}: {v}" for k, v in spec["files"].items())
-        rule = f"test: the queries whose md5 falls in the first {spec.get('test_fraction', 0.1):g} of the range"
+        fraction, dev = spec.get("test_fraction", 0.1), spec.get("dev_fraction", 0.0)
+        rule = f"test: the queries whose md5 falls in the first {fraction:g} of the range"
+        rule += f", dev: the next {dev:g}" if dev else ""
         return f"JSON lines of pairs, {spec['path']} ({rule})"
     if name in tfds_tasks():
         spec = tfds_tasks()[name]
