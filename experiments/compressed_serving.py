@@ -6,6 +6,9 @@ per-query scores.
   posthoc     the plain fine-tune (pretrained_peer.py's samtone_query arm, the same budget)
   qat_binary  + objective.quantized_precisions = ('float32', 'binary')
   qat_all     + objective.quantized_precisions = ('float32', 'int8', 'binary')
+  spread_out  + objective.spread_out_weight = 1 (objectives/spread_out.py: each tower's embeddings
+              pushed apart on the sphere; sentence-transformers' GOR default weights)
+  spread_qat_binary  qat_binary + the spread-out term
 
 Every arm is then calibrated (`samtone calibrate`: int8 ranges from 10,000 training documents, for
 the full and a truncated dimension) and evaluated with `samtone eval --precisions float32,int8,binary
@@ -27,6 +30,7 @@ embeddings (quantization_aware.py; refused by `samtone train`).
   export SAMTONE_DATA_DIR=../shared/data
   .venv/bin/python experiments/compressed_serving.py --out runs/compressed_serving --posthoc_from runs/peer_wordnet
   .venv/bin/python experiments/compressed_serving.py --tower t5 --out runs/compressed_serving_t5
+  .venv/bin/python experiments/compressed_serving.py --out runs/spread_out --arms posthoc spread_out spread_qat_binary
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ ARMS = {
     "posthoc": [],
     "qat_binary": ["--gin.objective.quantized_precisions=('float32', 'binary')"],
     "qat_all": ["--gin.objective.quantized_precisions=('float32', 'int8', 'binary')"],
+    "spread_out": ["--gin.objective.spread_out_weight=1.0"],
+    "spread_qat_binary": [
+        "--gin.objective.quantized_precisions=('float32', 'binary')",
+        "--gin.objective.spread_out_weight=1.0",
+    ],
 }
 TOWERS = {  # tower -> (task, eval split, full dimension, truncated dimension, budget: steps, learning rate)
     "minilm": ("wordnet_definitions", TASKS["wordnet_definitions"][2], 384, 128, 200, 5e-5),
@@ -78,7 +87,9 @@ def main():
     parser.set_defaults(steps=None, learning_rate=None)
     parser.add_argument("--tower", choices=list(TOWERS), default="minilm")
     parser.add_argument("--posthoc_from", default=None, help="a pretrained_peer.py folder with samtone_query runs")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), help="posthoc first: the baseline")
     args, out = parse_into_folder(parser)
+    arms = {arm: ARMS[arm] for arm in args.arms}
     task, split, full, truncated, steps, learning_rate = TOWERS[args.tower]
     args.task, args.steps, args.learning_rate = task, args.steps or steps, args.learning_rate or learning_rate
     if args.tower == "minilm":
@@ -87,7 +98,7 @@ def main():
         vocab, sample, suffix = build_vocab(out, task), [], ""
     evals = {}
     for seed in args.seeds:
-        for arm, extra in ARMS.items():
+        for arm, extra in arms.items():
             name = f"{arm}_seed{seed}"
             model_dir = f"{out}/{name}"
             if not os.path.isdir(f"{model_dir}/checkpoints/{args.steps}"):
@@ -130,7 +141,7 @@ def main():
             for variant in variants(truncated):
                 evals[variant or "full", arm, seed] = f"{base}{variant}.json"
     names = [v or "full" for v in variants(truncated)]
-    summary = summarize(out, evals, names, list(ARMS), args.seeds, MEASURES)
+    summary = summarize(out, evals, names, list(arms), args.seeds, MEASURES)
     summary["budget"] = {
         k: getattr(args, k) for k in ("tower", "steps", "batch", "learning_rate", "temperature", "seeds")
     } | ({"float32_steps_before": T5_BASE_STEPS} if args.tower == "t5" else {})

@@ -66,7 +66,9 @@ class ObjectiveSettings:
     distillation (the teacher's scores: inputs.teacher_scores); `matryoshka_dims` (k_1 < k_2 < ...,
     optional `matryoshka_weights`) sums the contrastive loss over the embeddings truncated to each k;
     `quantized_precisions` (e.g. ('float32', 'binary'), optional `quantized_weights`) adds it on the
-    embeddings as an int8 / binary index serves them (with 'int8', train.init_checkpoint is required)."""
+    embeddings as an int8 / binary index serves them (with 'int8', train.init_checkpoint is required);
+    `spread_out_weight` w > 0 adds w · the spread-out term (objectives/spread_out.py: each tower's
+    embeddings pushed apart on the sphere)."""
 
     contrastive_weight: float = 1.0
     distillation_weight: float = 0.0
@@ -74,6 +76,7 @@ class ObjectiveSettings:
     matryoshka_weights: tuple[float, ...] | None = None
     quantized_precisions: tuple[str, ...] | None = None
     quantized_weights: tuple[float, ...] | None = None
+    spread_out_weight: float = 0.0
 
 
 @gin.configurable("step")

@@ -35,7 +35,7 @@ from samtone_jax.evaluation.guard import GuardSettings
 from samtone_jax.inference import serving_lengths
 from samtone_jax.models import families, init_params, partitioning
 from samtone_jax.models import lora as lora_lib
-from samtone_jax.objectives import distillation, matryoshka, quantization_aware
+from samtone_jax.objectives import distillation, matryoshka, quantization_aware, spread_out
 from samtone_jax.training import grad_cache, loop, optimizer, start_checks
 from samtone_jax.training.batch_embeddings import embed_batch
 from samtone_jax.training.settings import Evaluation, InputSettings, ObjectiveSettings, ScheduleSettings, StepSettings
@@ -285,7 +285,8 @@ def train(
 
 def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings):
     """The step's loss from gin's objective.*: `loss_fn` (at each of objective.quantized_precisions;
-    over the nested dimensions of objective.matryoshka_dims), with the distillation term when
+    over the nested dimensions of objective.matryoshka_dims; plus the spread-out term of the full
+    embeddings when objective.spread_out_weight > 0), with the distillation term when
     objective.distillation_weight > 0; settings that would be ignored are refused."""
     if terms.quantized_precisions:
         loss_fn = quantization_aware.aware(loss_fn, terms.quantized_precisions, terms.quantized_weights)
@@ -299,6 +300,8 @@ def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings
         raise BadValueError(
             "objective.matryoshka_weights needs objective.matryoshka_dims (the nested dimensions they weigh)"
         )
+    if terms.spread_out_weight != 0:
+        loss_fn = spread_out.regularized(loss_fn, terms.spread_out_weight)
     if spec.guide is not None and not terms.contrastive_weight:
         raise BadValueError(
             "inputs.teacher_guide removes negatives from the contrastive loss, which objective.contrastive_weight = 0 "
