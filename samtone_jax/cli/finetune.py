@@ -9,8 +9,8 @@ command. Each step is resumable and skipped when its output is there:
   3. train     runs/finetune_minilm.gin's recipe on your pairs (a JSONL file: 10 % of its queries held
                out by a stated rule, or any task by name) into OUT/run, guarded on the built-in tasks it
                does not train on whose data is here (or --guard): their retention is logged as it trains
-  4. wise-ft   with --wise_ft: the run mixed with its base, α·run + (1 − α)·base, α picked on held-out
-               dev queries (10 % more of a --data file's queries, --dev_fraction) as the best in-domain
+  4. wise-ft   with --wise_ft: the run mixed with its base, α·run + (1 − α)·base, α (0, 0.2, …, 1) picked
+               on held-out dev queries (10 % more of a --data file's queries, --dev_fraction) as the best in-domain
                score whose guards keep ≥ --min_retention of the base's (scored on their train / dev
                splits, not the table's), into OUT/wise_ft: the model evaluated and exported
   5. evaluate  the base and the fine-tuned model on the held-out queries and on each guard task, at the
@@ -40,6 +40,9 @@ EXAMPLE = "samtone finetune --data=runs/my_pairs.jsonl --base=all-MiniLM-L6-v2 -
 PARSES_GIN = False  # each step parses its own
 DATA_TASK = "finetune_data"  # the name a --data file is declared under
 RECIPE = "runs/finetune_minilm.gin"
+# The α --wise_ft tries: each is a model evaluated on the dev queries and on every guard (its corpus
+# encoded again), so steps of 0.2, not `samtone average`'s 0.1.
+WISE_FT_GRID = "0,0.2,0.4,0.6,0.8,1"
 GUARD_CANDIDATES = ("wordnet_definitions", "multireqa_squad_dev")  # built in: no download
 # Documents ranked a query when mining: deep enough that a query whose positive the base ranks low
 # still finds negatives below the margin (at samtone mine's 100, WordNet pairs left 38 % of the
@@ -273,6 +276,7 @@ def fine_tune(args, bindings) -> Outcome:
         model = str(out / "wise_ft")
         if not (paths.as_path(model) / run_folders.COMMIT_MARKER).exists():
             mix = ["average", "--checkpoint", run_dir, base, "--wise_ft", f"--task={task}", "--split=dev", *gin]
+            mix += ["--grid", WISE_FT_GRID]
             mix += [f"--min_retention={args.min_retention}", f"--max_queries={args.max_queries}", f"--out={model}"]
             mix += [f"--guard_queries={args.guard_queries}", f"--guard_candidates={args.guard_candidates}"]
             mix += ["--guard", *guards] if guards else []
