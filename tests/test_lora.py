@@ -80,6 +80,30 @@ def test_an_adapter_starts_at_zero_and_merges_into_the_weights_it_adds_to(tower,
         assert set(params) == {"encoder", "adapter", "projection"}
 
 
+@pytest.mark.parametrize("architecture", ["sde", "ade_lora"])
+def test_a_scaled_merge_is_the_model_with_its_adapters_update_scaled(architecture):
+    """merge(..., adapter_scale=γ) embeds as the LoRA model whose every B is γ·B (the adapter path, not
+    the merge); γ = 0 gives the frozen base's towers bit for bit; a bad γ is refused."""
+    model = DualEncoder(TOWERS["bert"], architecture=architecture, lora_rank=4, lora_alpha=8.0)
+    moved = _moved(_params(model))
+    for gamma in (0.0, 0.4):
+        scaled_b = jax.tree_util.tree_map_with_path(lambda p, x, g=gamma: x * g if p[-1].key == "b" else x, moved)
+        merged_model, merged = lora_lib.merge(model, moved, adapter_scale=gamma)
+        for ours, theirs in zip(_embed(merged_model, merged), _embed(model, scaled_b), strict=True):
+            np.testing.assert_allclose(ours, theirs, atol=2e-6)
+    _, at_zero = lora_lib.merge(model, moved, adapter_scale=0.0)
+    base = moved["encoder"]
+    towers = [at_zero[k] for k in at_zero if k != "projection"]
+    for tower in towers:
+        for a, b in zip(jax.tree_util.tree_leaves(tower), jax.tree_util.tree_leaves(base), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(BadValueError, match="--adapter_scale must be a number >= 0"):
+        lora_lib.merge(model, moved, adapter_scale=-0.5)
+    plain = DualEncoder(TOWERS["bert"], architecture="sde")
+    with pytest.raises(BadValueError, match="no LoRA adapters to scale"):
+        lora_lib.merge(plain, _params(plain), adapter_scale=0.5)
+
+
 def test_the_factors_have_the_rank_the_targets_and_the_layers_asked_for():
     config = TOWERS["t5"]
     every = _params(DualEncoder(config, lora_rank=3))["adapter"]
@@ -274,6 +298,16 @@ def test_a_lora_run_saves_no_base_resumes_exactly_loads_exports_merged_and_reloa
     assert back.architecture == "ade_spl"
     np.testing.assert_allclose(back.encode_queries(texts), q, atol=1e-5)
     np.testing.assert_allclose(back.encode_documents(texts), d, atol=1e-5)
+    # --adapter_scale 0.5: the merge of the scaled update, recorded; the plain adapter export refuses it.
+    half = tmp_path / "half"
+    argv = ["export", f"--checkpoint={straight}", "--format=sentence-transformers", "--adapter_scale=0.5"]
+    assert cli.main([*argv, f"--out={half}"]) == 0
+    assert json.loads((half / "samtone.json").read_text())["source"]["adapter_scale"] == 0.5
+    expected = samtone_jax.load(str(straight)).merged(0.5).encode_queries(texts)
+    np.testing.assert_allclose(samtone_jax.load(str(half)).encode_queries(texts), expected, atol=1e-5)
+    assert np.abs(expected - q).max() > 1e-3  # the scale changed the model
+    argv = ["export", f"--checkpoint={straight}", "--format=adapter", "--adapter_scale=0.5"]
+    assert cli.main([*argv, f"--out={tmp_path / 'x'}"]) == 2
 
 
 def test_a_lora_run_needs_its_base_named_and_a_checkpoint_without_one_is_refused(tmp_path):

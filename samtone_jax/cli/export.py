@@ -26,6 +26,13 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
     p.add_argument("--vocabulary", default=None, help="SentencePiece .model or tokenizer.json (default: the run's)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.add_argument(
+        "--adapter_scale",
+        type=float,
+        default=1.0,
+        help="a LoRA model's adapters merged as W + γ·s·A·B: γ < 1 moves the towers back towards the frozen base "
+        "(WiSE-FT for adapters; default 1: as trained)",
+    )
     flags.weights_flag(p)
 
 
@@ -37,8 +44,13 @@ def run(args, bindings) -> int:
     inputs = runtime.model_inputs("--checkpoint", args.checkpoint) + [("--vocabulary", args.vocabulary)]
     paths.check_not_input(args.out, inputs)
     if args.format == "adapter":
+        from samtone_jax.core.errors import BadValueError
         from samtone_jax.export import adapter
 
+        if args.adapter_scale != 1:
+            raise BadValueError(
+                "--adapter_scale scales the adapters merged into the towers; --format=adapter merges none"
+            )
         info = adapter.write(args.checkpoint, args.out, step=args.step, weights=args.weights, overwrite=args.overwrite)
         print(f"exported the {info['parameters']:,} trained parameters of {info['architecture']} to {args.out}")
         return 0
@@ -50,6 +62,7 @@ def run(args, bindings) -> int:
         vocabulary=args.vocabulary,
         overwrite=args.overwrite,
         weights=args.weights,
+        adapter_scale=args.adapter_scale,
     )
     print(
         f"exported {info['architecture']} ({args.format}) to {args.out}; embeddings equal ours on the probe texts "

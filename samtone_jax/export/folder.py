@@ -134,9 +134,11 @@ def export(
     vocabulary: str | None = None,
     overwrite: bool = False,
     weights: str = "params",
+    adapter_scale: float = 1.0,
 ) -> dict:
     """Export `checkpoint` (anything samtone_jax.load takes) to `dst`; returns samtone.json's content.
-    `weights` 'ema': a run's moving average of its parameters (step.ema_decay)."""
+    `weights` 'ema': a run's moving average of its parameters (step.ema_decay); `adapter_scale` γ: a
+    LoRA model's adapters merged as W + γ·s·A·B (models/lora.merge)."""
     from transformers.utils import logging as hf_logging
 
     from samtone_jax.config import gin_config
@@ -152,7 +154,8 @@ def export(
         raise ExistingFileError(f"{dst} already exists; choose another --out or pass --overwrite")
     hf_logging.disable_progress_bar()
     # LoRA adapters folded into the towers: sentence-transformers loads a plain model.
-    encoder = inference.load_encoder(checkpoint, step=step, vocabulary=vocabulary, weights=weights).merged()
+    encoder = inference.load_encoder(checkpoint, step=step, vocabulary=vocabulary, weights=weights)
+    encoder = encoder.merged(adapter_scale)
     wordpiece = isinstance(encoder.vocabulary, WordPieceTokens)  # a BERT-family tower's tokenizer.json
     vocabulary_bytes = encoder.vocabulary.tokenizer_json if wordpiece else encoder.vocabulary.sp_model
     if vocabulary_bytes is None:  # seqio loads lazily: fail here, naming the file
@@ -192,7 +195,8 @@ def export(
             # trained to serve truncated: SentenceTransformer(DST, truncate_dim=k), samtone eval --dims
             **({"matryoshka_dims": list(encoder.matryoshka_dims)} if encoder.matryoshka_dims else {}),
             **where,
-            "source": {"checkpoint": encoder.source, "step": encoder.step, "weights": encoder.weights},
+            "source": {"checkpoint": encoder.source, "step": encoder.step, "weights": encoder.weights}
+            | ({"adapter_scale": adapter_scale} if adapter_scale != 1 else {}),
             **({"calibration": run_folders.CALIBRATION} if encoder.calibration is not None else {}),
             "mteb": mteb_metadata(encoder.source, int(kernels["query"].shape[1]), longest, encoder.calibration),
         }

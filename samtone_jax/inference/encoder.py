@@ -89,16 +89,18 @@ class Encoder:
         clone.params_from_source = False
         return clone
 
-    def merged(self) -> Encoder:
-        """The same encoder with its LoRA adapters folded into its towers (models/lora.merge: sde stays
-        sde, ade_lora becomes ade_spl), as an export writes it; itself when it has no adapters."""
+    def merged(self, adapter_scale: float = 1.0) -> Encoder:
+        """The same encoder with its LoRA adapters (their update times `adapter_scale`) folded into its
+        towers (models/lora.merge: sde stays sde, ade_lora becomes ade_spl), as an export writes it;
+        itself when it has no adapters."""
+        from samtone_jax.models.lora import merge
+
         if not self.model.lora_rank:
+            merge(self.model, self.params, adapter_scale)  # refuses a scale other than 1
             return self
         import copy
 
-        from samtone_jax.models.lora import merge
-
-        model, params = merge(self.model, self.params)
+        model, params = merge(self.model, self.params, adapter_scale)
         clone = copy.copy(self)
         clone.model = model
         clone._encoder = copy.copy(self._encoder)

@@ -190,12 +190,21 @@ def trainable_keys(model, params) -> tuple[str, ...]:
     return tuple(k for k in params if k not in frozen_keys(model))
 
 
-def merge(model, params):
-    """(model, params) -> the same encoder without adapters: each adapted kernel W becomes W + s·A·B
-    (float32, then W's dtype). sde -> sde; ade_lora -> ade_spl (the base copied into two towers, each
-    with its side's adapter). Without LoRA, (model, params) unchanged."""
+def merge(model, params, adapter_scale: float = 1.0):
+    """(model, params) -> the same encoder without adapters: each adapted kernel W becomes
+    W + γ·s·A·B (float32, then W's dtype), γ = `adapter_scale` (1: the run as trained; between 0 and 1
+    the adapters' update scaled back towards the frozen base, WiSE-FT's idea for adapters; the
+    parameters trained in full, such as the projection, stay the run's). sde -> sde; ade_lora -> ade_spl
+    (the base copied into two towers, each with its side's adapter). Without LoRA, (model, params)
+    unchanged (a scale other than 1 refused: there is nothing to scale)."""
+    if isinstance(adapter_scale, bool) or not isinstance(adapter_scale, (int, float)) or not adapter_scale >= 0:
+        raise BadValueError(
+            f"--adapter_scale must be a number >= 0 (1: the adapters as trained); got {adapter_scale!r}"
+        )
     lora = model.lora
     if lora is None:
+        if adapter_scale != 1:
+            raise BadValueError(f"--adapter_scale={adapter_scale:g}: the model has no LoRA adapters to scale")
         return model, params
     tree = layout(model.architecture)
     found = factors(model.tower_class, model.config, lora)
@@ -204,12 +213,15 @@ def merge(model, params):
     for side in SIDES:
         key = plain.towers[side]
         if key not in merged:
-            merged[key] = merge_tower(params[tree.towers[side]], params[tree.adapters[side]], found, lora)
+            merged[key] = merge_tower(
+                params[tree.towers[side]], params[tree.adapters[side]], found, lora, adapter_scale
+            )
     return model.clone(architecture=plain.architecture, lora_rank=0, parent=None), merged
 
 
-def merge_tower(tower, adapter, found: tuple[Factor, ...], lora: Lora):
-    """A tower's parameters with the adapter's factors folded into their kernels (a new tree)."""
+def merge_tower(tower, adapter, found: tuple[Factor, ...], lora: Lora, adapter_scale: float = 1.0):
+    """A tower's parameters with the adapter's factors, times `adapter_scale`, folded into their
+    kernels (a new tree)."""
     out = _copy(tower)
     for f in found:
         node = out
@@ -218,7 +230,7 @@ def merge_tower(tower, adapter, found: tuple[Factor, ...], lora: Lora):
         kernel = node[f.leaf]
         a = jnp.asarray(adapter[f.name]["a"], jnp.float32).reshape(-1, lora.rank)
         b = jnp.asarray(adapter[f.name]["b"], jnp.float32).reshape(lora.rank, -1)
-        delta = jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST).reshape(kernel.shape) * lora.scale
+        delta = jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST).reshape(kernel.shape) * (lora.scale * adapter_scale)
         node[f.leaf] = (jnp.asarray(kernel, jnp.float32) + delta).astype(kernel.dtype)
     return out
 
