@@ -87,7 +87,13 @@ def main():
     parser.set_defaults(steps=None, learning_rate=None)
     parser.add_argument("--tower", choices=list(TOWERS), default="minilm")
     parser.add_argument("--posthoc_from", default=None, help="a pretrained_peer.py folder with samtone_query runs")
-    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), help="posthoc first: the baseline")
+    parser.add_argument(
+        "--arms",
+        nargs="+",
+        choices=list(ARMS),
+        default=list(ARMS),
+        help="the first is the baseline every arm is tested against",
+    )
     args, out = parse_into_folder(parser)
     arms = {arm: ARMS[arm] for arm in args.arms}
     task, split, full, truncated, steps, learning_rate = TOWERS[args.tower]

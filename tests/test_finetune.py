@@ -123,3 +123,9 @@ def test_finetune_refuses_what_it_cannot_measure_before_training(tmp_path, wordn
         "--wise_ft picks the mix on held-out dev queries, and wordnet_definitions has no dev" in capsys.readouterr().err
     )
     assert not out.exists()
+    two = ["finetune", f"--data={data}", "--base=nowhere", f"--out={out}", "--guard=none", "--wise_ft"]
+    assert cli.main([*two, "--test_fraction=0.5", "--dev_fraction=0"]) == 2
+    assert "--dev_fraction=0.0: --wise_ft needs dev queries" in capsys.readouterr().err
+    assert cli.main([*two, "--test_fraction=0.3", "--dev_fraction=0.3", "--gin.DualEncoder.lora_rank=4"]) == 2
+    assert "a LoRA fine-tune (DualEncoder.lora_rank) scales its adapters instead" in capsys.readouterr().err
+    assert not out.exists()

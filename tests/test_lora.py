@@ -97,7 +97,7 @@ def test_a_scaled_merge_is_the_model_with_its_adapters_update_scaled(architectur
     for tower in towers:
         for a, b in zip(jax.tree_util.tree_leaves(tower), jax.tree_util.tree_leaves(base), strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    with pytest.raises(BadValueError, match="--adapter_scale must be a number >= 0"):
+    with pytest.raises(BadValueError, match="--adapter_scale must be a finite number >= 0"):
         lora_lib.merge(model, moved, adapter_scale=-0.5)
     plain = DualEncoder(TOWERS["bert"], architecture="sde")
     with pytest.raises(BadValueError, match="no LoRA adapters to scale"):

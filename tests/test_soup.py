@@ -183,7 +183,15 @@ def test_wise_ft_picks_alpha_on_a_dev_split_under_a_guard_and_writes_the_mix(
     assert "wordnet_definitions has no dev split (train, test, all)" in capsys.readouterr().err
     assert cli.main(bad) == 2
     assert "--wise_ft picks α by the score on held-out in-domain queries" in capsys.readouterr().err
-    assert (
-        cli.main(["average", "--checkpoint", str(run), str(imported), "--grid", "0.5", f"--out={tmp_path / 'x'}"]) == 2
-    )
-    assert "--grid choose how --wise_ft picks its α" in capsys.readouterr().err
+    both = ["average", "--checkpoint", str(run), str(imported)]
+    assert cli.main([*both, "--grid", "0.5", "--min_retention=0.9", f"--out={tmp_path / 'x'}"]) == 2
+    assert "--grid, --min_retention choose how --wise_ft picks its α" in capsys.readouterr().err
+    assert cli.main([*both, "--wise_ft", "--task=pairs", "--weights", "1", "1", f"--out={tmp_path / 'x'}"]) == 2
+    err = capsys.readouterr().err
+    assert "--wise_ft mixes a fine-tuned run and its base" in err and "drop --weights" in err
+    guard_is_test = tmp_path / "guard.gin"  # a guard whose only split is the one its evaluation reports
+    spec_test = {"format": "jsonl", "files": {"test": str(tmp_path / "pairs.jsonl")}}
+    guard_is_test.write_text(f"local_tasks.tasks = {{'pairs': {spec!r}, 'only_test': {spec_test!r}}}\n")
+    wise = [*both, "--wise_ft", "--task=pairs", f"--gin_file={guard_is_test}", f"--out={tmp_path / 'x'}"]
+    assert cli.main([*wise, "--guard", "only_test"]) == 2
+    assert "--guard only_test: its only split is the one its evaluation reports (test)" in capsys.readouterr().err

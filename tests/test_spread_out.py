@@ -98,6 +98,13 @@ def test_the_training_objective_adds_it_and_refuses_a_bad_weight():
     expected = float(base(q, d)[0]) + 0.5 * (_reference(np.asarray(q))[0] + _reference(np.asarray(d))[0]) / 2
     np.testing.assert_allclose(float(value), expected, rtol=1e-5)
     assert float(metrics["loss"]) == float(value)
-    for weight in (-0.1, float("nan"), "1"):
+    # Beside a pure distillation objective (the contrastive term's weight 0) the term is still there, whole.
+    distill = lambda q, d, n, t, axis_name=None: (jnp.float32(0.25), {})  # noqa: E731
+    distilling = ObjectiveSettings(contrastive_weight=0.0, distillation_weight=1.0, spread_out_weight=0.5)
+    teacher = InputSpec("v", 8, 8, num_negatives=1, teacher_scores=True)
+    value, _ = training_loss(base, distill, teacher, distilling)(q, d, negatives=q[:, None], teacher_scores=None)
+    term = (_reference(np.asarray(q))[0] + _reference(np.asarray(d))[0]) / 2
+    np.testing.assert_allclose(float(value), 0.25 + 0.5 * term, rtol=1e-5)
+    for weight in (-0.1, float("nan"), float("inf"), "1"):
         with pytest.raises(BadValueError, match="objective.spread_out_weight must be a number >= 0"):
             training_loss(base, None, spec, ObjectiveSettings(spread_out_weight=weight))

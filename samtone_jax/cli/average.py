@@ -36,9 +36,11 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     )
     flags.out_flag(p, "output parameter checkpoint (loadable, exportable, an INIT_CHECKPOINT)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
-    p.add_argument("--task", default=None, help="greedy soup: the validation task (default: uniform, no task)")
-    p.add_argument("--split", default=None, help="its split (default: train, else its first)")
-    p.add_argument("--measure", default=None, help="the measure the greedy soup maximises (default RR), e.g. P@1")
+    p.add_argument(
+        "--task", default=None, help="greedy soup or --wise_ft: the validation task (default: uniform, no task)"
+    )
+    p.add_argument("--split", default=None, help="its split (default: train, else its first; --wise_ft: dev)")
+    p.add_argument("--measure", default=None, help="the measure greedy / --wise_ft maximise (default RR), e.g. P@1")
     p.add_argument(
         "--max_queries", type=int, default=None, help="an even sample of this many validation queries (2000)"
     )
@@ -52,12 +54,12 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--guard", nargs="+", default=None, help="WiSE-FT: tasks the mix must keep its quality on")
     p.add_argument(
-        "--min_retention", type=float, default=0.95, help="WiSE-FT: each guard's score ÷ the base's, at least (0.95)"
+        "--min_retention", type=float, default=None, help="WiSE-FT: each guard's score ÷ the base's, at least (0.95)"
     )
     p.add_argument("--grid", nargs="+", default=None, help="WiSE-FT: the α tried (default 0, 0.1, ..., 1)")
-    p.add_argument("--guard_queries", type=int, default=500, help="WiSE-FT: queries of each guard task (500)")
+    p.add_argument("--guard_queries", type=int, default=None, help="WiSE-FT: queries of each guard task (500)")
     p.add_argument(
-        "--guard_candidates", type=int, default=5000, help="WiSE-FT: documents each guard query is ranked among"
+        "--guard_candidates", type=int, default=None, help="WiSE-FT: documents each guard query is ranked among (5000)"
     )
     p.add_argument("--data_dir", default=None, help="data root (default: $SAMTONE_DATA_DIR)")
     p.add_argument("--skip_bad_records", action="store_true", help="skip and count malformed lines")
@@ -82,13 +84,23 @@ def run(args, bindings) -> int:
     greedy_flags = [f"--{k}" for k in ("split", "measure", "max_queries", "candidates") if getattr(args, k) is not None]
     if greedy_flags and not args.task:
         raise BadValueError(f"{', '.join(greedy_flags)} choose a greedy soup's validation: add --task")
-    wise_flags = [f"--{k}" for k in ("guard", "grid") if getattr(args, k) is not None]
+    wise = ("guard", "grid", "min_retention", "guard_queries", "guard_candidates")
+    wise_flags = [f"--{k}" for k in wise if getattr(args, k) is not None]
     if wise_flags and not args.wise_ft:
         raise BadValueError(f"{', '.join(wise_flags)} choose how --wise_ft picks its α: add --wise_ft")
-    if args.wise_ft and not args.task:
-        raise BadValueError("--wise_ft picks α by the score on held-out in-domain queries: name them with --task")
-    if not 0 <= args.min_retention <= 1:
-        raise BadValueError(f"--min_retention={args.min_retention}: a fraction of the base's score, in [0, 1]")
+    if args.wise_ft:
+        if not args.task:
+            raise BadValueError("--wise_ft picks α by the score on held-out in-domain queries: name them with --task")
+        if args.last is not None or args.weights is not None:
+            raise BadValueError(
+                "--wise_ft mixes a fine-tuned run and its base (--checkpoint RUN BASE) by the α it picks: drop "
+                + ("--last" if args.last is not None else "--weights")
+            )
+        args.min_retention = 0.95 if args.min_retention is None else args.min_retention
+        args.guard_queries = 500 if args.guard_queries is None else args.guard_queries
+        args.guard_candidates = 5000 if args.guard_candidates is None else args.guard_candidates
+        if not 0 <= args.min_retention <= 1:
+            raise BadValueError(f"--min_retention={args.min_retention}: a fraction of the base's score, in [0, 1]")
     grid = flags.floats(args.grid, "--grid") if args.grid is not None else soup.DEFAULT_GRID
     found = soup.ingredients(args.checkpoints, args.last)
     if args.weights is not None and args.task:
@@ -132,9 +144,11 @@ def run(args, bindings) -> int:
 
 
 def _wise_ft(args, found, score, grid):
-    """soup.wise_ft on `grid`, each --guard task scored on a split the table does not report (its dev,
-    else its train: guard tasks are not trained on), and the grid printed and returned as records."""
+    """soup.wise_ft on `grid`, each --guard task scored on a split other than the one its evaluation
+    reports (guard.guard_split: test, else dev, ...): its dev, else its train (guard tasks are not
+    trained on), else another; the grid printed and returned as records."""
     from samtone_jax.evaluation import soup
+    from samtone_jax.evaluation.guard import guard_split
     from samtone_jax.tasks import catalogue
 
     guards = {}
@@ -145,8 +159,14 @@ def _wise_ft(args, found, score, grid):
             )
         if name not in catalogue.loaders():
             raise BadValueError(f"--guard {name}: unknown task; registered tasks: {', '.join(catalogue.task_names())}")
-        splits = catalogue.loaders()[name][1]
-        split = next((s for s in ("dev", "train") if s in splits), splits[0])
+        splits, reported = catalogue.loaders()[name][1], guard_split(name)
+        others = [s for s in ("dev", "train", *splits) if s in splits and s not in (reported, "all")]
+        if not others:
+            raise BadValueError(
+                f"--guard {name}: its only split is the one its evaluation reports ({reported}); α picked on it "
+                "would be reported on the queries it was picked on: choose a guard task with another split"
+            )
+        split = others[0]
         collection = catalogue.collection(name, split)
         guards[f"{name}/{split}"], _ = soup.validation_score(
             found[0].label, name, collection, args, args.guard_queries, args.guard_candidates

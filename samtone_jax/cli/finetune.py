@@ -111,10 +111,9 @@ def _declare(args) -> tuple[str, list[str]]:
     import gin
 
     from samtone_jax.cli import gin_registry
-    from samtone_jax.core import paths
 
     data = args.data
-    if not (data.endswith((".jsonl", ".jsonl.gz", ".json")) or paths.as_path(data).is_file()):
+    if not _is_file(data):
         return data, []
     gin_registry.parse(args.gin_file, args.gin_bindings)
     try:
@@ -201,33 +200,26 @@ def fine_tune(args, bindings) -> Outcome:
     from samtone_jax.config import gin_config
     from samtone_jax.core import paths, run_folders
     from samtone_jax.core.atomic_file import write_atomic
-    from samtone_jax.core.errors import BadValueError
     from samtone_jax.models import families
 
     runtime.required(args, "out")
     runtime.required(args, "data", "--data (a JSONL file of pairs, or a task name)")
     out = paths.as_path(args.out)
     task, declared = _declare(args)
-    gin_registry.parse(args.gin_file, args.gin_bindings + declared)  # what the checks below read
+    settings = [b for b in bindings if "." in b.split("=", 1)[0]]  # macros are the recipe's, parsed by train
+    gin_registry.parse(args.gin_file, args.gin_bindings + settings + declared)  # what the checks below read
     # Every step reads your gin files and the data's declaration; macros (NAME = ...) set the training
     # recipe's, so they go to the train step alone (another step would refuse them as unused).
     given = [*args.gin_bindings, *bindings]
     gin = [f"--gin_file={f}" for f in args.gin_file] + [f"--gin_bindings={b}" for b in declared]
     gin += [f"--gin_bindings={b}" for b in given if "." in b.split("=", 1)[0]]
     macros = [f"--gin_bindings={b}" for b in given if "." not in b.split("=", 1)[0]]
+    if args.wise_ft:
+        _check_wise_ft(args, task)
     guards = _guards(args, task)
     splits = {name: _split(name) for name in [task, *guards]}  # each read, before anything runs
-    if args.wise_ft:
-        from samtone_jax.tasks import catalogue
-
-        if "dev" not in catalogue.loaders()[task][1]:
-            raise BadValueError(
-                f"--wise_ft picks the mix on held-out dev queries, and {task} has no dev split: give a JSONL file as "
-                "--data (--dev_fraction of its queries are held out), or a task with one"
-            )
-        catalogue.collection(task, "dev")  # an empty one is refused before anything trains
     _same_settings(out, args, guards, given)
-    # 1. the base, as a samtone parameter checkpoint
+    # 1. import: the base, as a samtone parameter checkpoint
     base = args.base
     if base != pretrained.NAME and not paths.as_path(base).exists():
         from samtone_jax.core.errors import MissingFileError
@@ -247,7 +239,7 @@ def fine_tune(args, bindings) -> Outcome:
             )
             _step(["import-checkpoint", f"--format={fmt}", f"--checkpoint={src}", f"--out={base}"], "import")
     _, base_dir, _ = reader.resolve(base)
-    # 2. train
+    # 3. train (after 2., mining, below)
     run_dir = str(out / "run")
     train = ["train", f"--gin_file={base_dir}/{run_folders.MODEL_GIN}", f"--gin_file={RECIPE}", *gin, *macros]
     train += [f"--task={task}", f"--checkpoint={base}", f"--out={run_dir}", "--gin.inputs.split='train'"]
@@ -272,7 +264,7 @@ def fine_tune(args, bindings) -> Outcome:
     if not _complete(run_dir, args.steps):
         _step(train, "train")
     model = run_dir
-    if args.wise_ft:  # 3. the run mixed with its base, picked on dev under the guard
+    if args.wise_ft:  # 4. the run mixed with its base, picked on dev under the guard
         model = str(out / "wise_ft")
         if not (paths.as_path(model) / run_folders.COMMIT_MARKER).exists():
             mix = ["average", "--checkpoint", run_dir, base, "--wise_ft", f"--task={task}", "--split=dev", *gin]
@@ -281,7 +273,7 @@ def fine_tune(args, bindings) -> Outcome:
             mix += [f"--guard_queries={args.guard_queries}", f"--guard_candidates={args.guard_candidates}"]
             mix += ["--guard", *guards] if guards else []
             _step(mix, "WiSE-FT: the mix of the run and its base picked on dev queries under the guard")
-    # 3. before / after, in-domain and on each guard
+    # 5. before / after, in-domain and on each guard
     rows = []
     for name, queries, candidates in [
         (task, args.max_queries, args.candidates),
@@ -298,7 +290,7 @@ def fine_tune(args, bindings) -> Outcome:
                 record = _eval_record(evaluated, name, split, queries, candidates)
             records.append(record)
         rows.append((name, split, records))
-    # 4. export
+    # 6. export
     export = str(out / "export")
     if not (paths.as_path(export) / run_folders.COMMIT_MARKER).exists():
         _step(["export", f"--checkpoint={model}", "--format=sentence-transformers", f"--out={export}"], "export")
@@ -330,8 +322,10 @@ def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
     now = {k: getattr(args, k) for k in keys} | {
         "negative_margin": args.negative_margin if args.hard_negatives else None
     }
-    if args.wise_ft:  # absent otherwise: an earlier release's finetune.json still matches
-        now |= {"wise_ft": True, "min_retention": args.min_retention, "dev_fraction": args.dev_fraction}
+    if args.wise_ft:  # absent otherwise: an earlier release's finetune.json still matches; what α is picked on
+        now |= {"wise_ft": True, "min_retention": args.min_retention, "grid": WISE_FT_GRID}
+        now |= {k: getattr(args, k) for k in ("max_queries", "guard_queries", "guard_candidates")}
+        now |= {"dev_fraction": args.dev_fraction} if _is_file(args.data) else {}
     now |= {"guard": guards, "gin_file": list(args.gin_file), "gin_bindings": list(given)}
     record = paths.as_path(out) / SETTINGS
     if record.exists():
@@ -345,6 +339,48 @@ def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
             )
         return
     write_atomic(record, json.dumps(now, indent=1) + "\n")
+
+
+def _is_file(data: str) -> bool:
+    """Whether --data names a JSONL file (declared as DATA_TASK), not a task."""
+    from samtone_jax.core import paths
+
+    return data.endswith((".jsonl", ".jsonl.gz", ".json")) or paths.as_path(data).is_file()
+
+
+def _check_wise_ft(args, task: str) -> None:
+    """--wise_ft's refusals, before anything trains: no dev split (or an empty one), dev being the
+    split the table reports, a LoRA model (its adapters scale at export instead)."""
+    import gin
+
+    from samtone_jax.core.errors import BadValueError
+    from samtone_jax.evaluation.guard import guard_split
+    from samtone_jax.tasks import catalogue
+
+    if task not in catalogue.loaders():
+        return  # _split names the unknown task
+    if _is_file(args.data) and not 0 < args.dev_fraction < 1:
+        raise BadValueError(f"--dev_fraction={args.dev_fraction}: --wise_ft needs dev queries, a fraction in (0, 1)")
+    if "dev" not in catalogue.loaders()[task][1]:
+        raise BadValueError(
+            f"--wise_ft picks the mix on held-out dev queries, and {task} has no dev split: give a JSONL file as "
+            "--data (--dev_fraction of its queries are held out), or a task with one"
+        )
+    if guard_split(task) == "dev":  # the split the table reports (finetune's _split)
+        raise BadValueError(
+            f"--wise_ft picks the mix on {task}/dev, the split the before / after table reports ({task} has no test "
+            "split): the mix would be measured on the queries it was picked on; declare a test split"
+        )
+    try:
+        lora = gin.query_parameter("DualEncoder.lora_rank")
+    except ValueError:
+        lora = 0
+    if lora:
+        raise BadValueError(
+            "--wise_ft mixes full weights; a LoRA fine-tune (DualEncoder.lora_rank) scales its adapters instead: "
+            "samtone export --adapter_scale γ"
+        )
+    catalogue.collection(task, "dev")  # an empty one is refused before anything trains
 
 
 def _is_samtone(path: str) -> bool:

@@ -83,7 +83,15 @@ def _check_same_model(found: list[Ingredient]) -> None:
     paths_, fingerprints = {b[0] if b else None for b in bases.values()}, {b[1] for b in bases.values() if b and b[1]}
     if len(paths_) > 1 or len(fingerprints) > 1:
         named = "; ".join(f"{label}: {base[0] if base else 'its own'}" for label, base in bases.items())
-        raise BadValueError(f"the checkpoints adapt different frozen towers ({named}): average adapters of one base")
+        hint = (
+            " (a LoRA run and the model it adapts: `samtone export --adapter_scale γ` merges the adapters' update "
+            "scaled by γ, WiSE-FT for adapters)"
+            if None in paths_
+            else ""
+        )
+        raise BadValueError(
+            f"the checkpoints adapt different frozen towers ({named}): average adapters of one base{hint}"
+        )
     described = [_description(i) for i in found]
     for other, about in zip(found[1:], described[1:], strict=True):
         differ = [k for k in described[0] if about[k] != described[0][k]]
@@ -293,15 +301,22 @@ def wise_ft(found: list[Ingredient], score, guard_scores: dict, grid, min_retent
     if len(found) != 2:
         raise BadValueError(f"WiSE-FT mixes 2 checkpoints (the fine-tuned run, then its base); got {len(found)}")
     grid = sorted({0.0, *(float(a) for a in grid)})
-    if grid[0] < 0 or grid[-1] > 1:
+    if not (0 <= grid[0] and grid[-1] <= 1):  # NaN fails too
         raise BadValueError(f"--grid {' '.join(f'{a:g}' for a in grid)}: each α in [0, 1]")
     tuned, base = (restore_params(i) for i in found)
     mixes, at_base = [], {}
     for alpha in grid:
         params = jax.tree_util.tree_map(lambda t, b, a=alpha: np.float32(a) * t + np.float32(1 - a) * b, tuned, base)
         guards = {name: guard(params) for name, guard in guard_scores.items()}
-        at_base = at_base or guards  # α = 0 comes first
-        retention = {name: (v / at_base[name] if at_base[name] else 1.0) for name, v in guards.items()}
+        if not at_base:  # α = 0 comes first: the base's scores, each retention's denominator
+            at_base = guards
+            unusable = [name for name, v in guards.items() if not v > 0]
+            if unusable:
+                raise BadValueError(
+                    f"WiSE-FT's guard {', '.join(unusable)}: the base scores {[guards[n] for n in unusable]} there, "
+                    "so no retention can be measured; choose another guard task or sample"
+                )
+        retention = {name: v / at_base[name] for name, v in guards.items()}
         allowed = all(r >= min_retention for r in retention.values())
         mixes.append(Mix(alpha, score(params), guards, retention, allowed))
     picked = max((m for m in mixes if m.allowed), key=lambda m: (m.score, -m.alpha))
@@ -322,7 +337,10 @@ def validation_score(first: str, task: str, collection, args, max_queries=None, 
     measure = next((m for m in metrics.DEFAULT_MEASURES if str(m) == wanted), None)
     if measure is None:
         raise BadValueError(f"--measure {wanted!r}: choose one of {', '.join(map(str, metrics.DEFAULT_MEASURES))}")
-    collection = collection.sample(max_queries or args.max_queries or 2000, candidates or args.candidates)
+    queries = max_queries if max_queries is not None else args.max_queries or 2000
+    collection = collection.sample(queries, candidates if candidates is not None else args.candidates)
+    if not collection.queries or not collection.qrels:
+        raise BadValueError(f"{task}: no judged queries to score a soup on (an empty split or sample)")
     base = inference.load_encoder(first, task=task)
 
     def score(params) -> float:

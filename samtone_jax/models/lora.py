@@ -197,9 +197,10 @@ def merge(model, params, adapter_scale: float = 1.0):
     parameters trained in full, such as the projection, stay the run's). sde -> sde; ade_lora -> ade_spl
     (the base copied into two towers, each with its side's adapter). Without LoRA, (model, params)
     unchanged (a scale other than 1 refused: there is nothing to scale)."""
-    if isinstance(adapter_scale, bool) or not isinstance(adapter_scale, (int, float)) or not adapter_scale >= 0:
+    finite = isinstance(adapter_scale, (int, float)) and 0 <= adapter_scale < float("inf")
+    if isinstance(adapter_scale, bool) or not finite:
         raise BadValueError(
-            f"--adapter_scale must be a number >= 0 (1: the adapters as trained); got {adapter_scale!r}"
+            f"--adapter_scale must be a finite number >= 0 (1: the adapters as trained); got {adapter_scale!r}"
         )
     lora = model.lora
     if lora is None:

@@ -40,10 +40,11 @@ def global_orthogonal(x: jax.Array, axis_name: str | None = None) -> tuple[jax.A
 
 
 def regularized(loss_fn, weight: float):
-    """loss_fn (contrastive_loss's signature) + weight · the spread-out term of q and d. Metrics:
+    """loss_fn (contrastive_loss's signature, or the distillation objective's) + weight · the spread-out
+    term of q and d. Metrics:
     loss_fn's, `spread_out/loss` (the term), `spread_out/mean_<tower>` and `spread_out/second_moment_<tower>`
     (M1, M2; an ideal spread is 0 and 1/D), and `loss`, the sum."""
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
         raise BadValueError(f"objective.spread_out_weight must be a number >= 0 (0: off); got {weight!r}")
 
     def loss(q, d, *, axis_name=None, **kwargs):

@@ -285,9 +285,9 @@ def train(
 
 def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings):
     """The step's loss from gin's objective.*: `loss_fn` (at each of objective.quantized_precisions;
-    over the nested dimensions of objective.matryoshka_dims; plus the spread-out term of the full
-    embeddings when objective.spread_out_weight > 0), with the distillation term when
-    objective.distillation_weight > 0; settings that would be ignored are refused."""
+    over the nested dimensions of objective.matryoshka_dims), with the distillation term when
+    objective.distillation_weight > 0, plus objective.spread_out_weight × the spread-out term of
+    the full embeddings (whatever the other terms' weights); settings that would be ignored are refused."""
     if terms.quantized_precisions:
         loss_fn = quantization_aware.aware(loss_fn, terms.quantized_precisions, terms.quantized_weights)
     elif terms.quantized_weights:
@@ -300,14 +300,12 @@ def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings
         raise BadValueError(
             "objective.matryoshka_weights needs objective.matryoshka_dims (the nested dimensions they weigh)"
         )
-    if terms.spread_out_weight != 0:
-        loss_fn = spread_out.regularized(loss_fn, terms.spread_out_weight)
     if spec.guide is not None and not terms.contrastive_weight:
         raise BadValueError(
             "inputs.teacher_guide removes negatives from the contrastive loss, which objective.contrastive_weight = 0 "
             "turns off: drop the guide or give the contrastive loss a weight"
         )
-    return distillation.objective(
+    objective = distillation.objective(
         loss_fn,
         distill_fn,
         spec.teacher_scores,
@@ -315,6 +313,7 @@ def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings
         terms.contrastive_weight,
         terms.distillation_weight,
     )
+    return spread_out.regularized(objective, terms.spread_out_weight) if terms.spread_out_weight != 0 else objective
 
 
 def fit(
