@@ -9,6 +9,7 @@ per-query scores.
   spread_out  + objective.spread_out_weight = 1 (objectives/spread_out.py: each tower's embeddings
               pushed apart on the sphere; sentence-transformers' GOR default weights)
   spread_qat_binary  qat_binary + the spread-out term
+  spread_out_10  the spread-out term at weight 10 (at 1 it ended at 0.024 beside a contrastive loss of 1.4)
 
 Every arm is then calibrated (`samtone calibrate`: int8 ranges from 10,000 training documents, for
 the full and a truncated dimension) and evaluated with `samtone eval --precisions float32,int8,binary
@@ -30,7 +31,7 @@ embeddings (quantization_aware.py; refused by `samtone train`).
   export SAMTONE_DATA_DIR=../shared/data
   .venv/bin/python experiments/compressed_serving.py --out runs/compressed_serving --posthoc_from runs/peer_wordnet
   .venv/bin/python experiments/compressed_serving.py --tower t5 --out runs/compressed_serving_t5
-  .venv/bin/python experiments/compressed_serving.py --out runs/spread_out --arms posthoc spread_out spread_qat_binary
+  .venv/bin/python experiments/compressed_serving.py --out runs/spread_out --arms posthoc spread_out spread_qat_binary spread_out_10
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ ARMS = {
     "qat_binary": ["--gin.objective.quantized_precisions=('float32', 'binary')"],
     "qat_all": ["--gin.objective.quantized_precisions=('float32', 'int8', 'binary')"],
     "spread_out": ["--gin.objective.spread_out_weight=1.0"],
+    "spread_out_10": ["--gin.objective.spread_out_weight=10.0"],
     "spread_qat_binary": [
         "--gin.objective.quantized_precisions=('float32', 'binary')",
         "--gin.objective.spread_out_weight=1.0",
