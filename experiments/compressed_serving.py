@@ -31,7 +31,8 @@ embeddings (quantization_aware.py; refused by `samtone train`).
   export SAMTONE_DATA_DIR=../shared/data
   .venv/bin/python experiments/compressed_serving.py --out runs/compressed_serving --posthoc_from runs/peer_wordnet
   .venv/bin/python experiments/compressed_serving.py --tower t5 --out runs/compressed_serving_t5
-  .venv/bin/python experiments/compressed_serving.py --out runs/spread_out --arms posthoc spread_out spread_qat_binary spread_out_10
+  .venv/bin/python experiments/compressed_serving.py --out runs/spread_out \
+      --arms posthoc spread_out spread_qat_binary spread_out_10
 """
 
 from __future__ import annotations
