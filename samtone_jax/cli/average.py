@@ -116,10 +116,7 @@ def run(args, bindings) -> int:
                 "a greedy or WiSE-FT soup (--task) runs on one host: run it without the distributed flags (on a "
                 "pod: launch/tpu/run.sh ... --worker=0 average -- ...), or drop --task for a uniform soup"
             )
-        if args.wise_ft:
-            split, collection = runtime.load_task(args, default_split="dev")
-        else:
-            split, collection = runtime.load_task(args)
+        split, collection = runtime.load_task(args, default_split="dev" if args.wise_ft else "train")
         score, measure = soup.validation_score(found[0].label, args.task, collection, args)
     if args.wise_ft:
         params, picked, info["grid"] = _wise_ft(args, found, score, grid)

@@ -123,7 +123,7 @@ def _fine_tune(gin_files, bindings, model_dir: str, base: str, eval_queries: int
     argv += [f"--gin_file={f}" for f in gin_files]
     outcome = finetune.fine_tune(parser.parse_args(argv), list(bindings))
     print(outcome.table)
-    log(f"fine-tuned: {outcome.run_dir} (samtone_jax.load), {outcome.export} (SentenceTransformer)")
+    log(f"fine-tuned: {outcome.model} (samtone_jax.load), {outcome.export} (SentenceTransformer)")
     records = {name: [json.loads(paths.as_path(f).read_text()) for f in files] for name, _, files in outcome.rows}
     demo = DEMOS["minilm"]
     before, after = records.pop(TASK)

@@ -206,14 +206,13 @@ def fine_tune(args, bindings) -> Outcome:
     runtime.required(args, "data", "--data (a JSONL file of pairs, or a task name)")
     out = paths.as_path(args.out)
     task, declared = _declare(args)
-    settings = [b for b in bindings if "." in b.split("=", 1)[0]]  # macros are the recipe's, parsed by train
-    gin_registry.parse(args.gin_file, args.gin_bindings + settings + declared)  # what the checks below read
     # Every step reads your gin files and the data's declaration; macros (NAME = ...) set the training
     # recipe's, so they go to the train step alone (another step would refuse them as unused).
     given = [*args.gin_bindings, *bindings]
-    gin = [f"--gin_file={f}" for f in args.gin_file] + [f"--gin_bindings={b}" for b in declared]
-    gin += [f"--gin_bindings={b}" for b in given if "." in b.split("=", 1)[0]]
-    macros = [f"--gin_bindings={b}" for b in given if "." not in b.split("=", 1)[0]]
+    settings = [b for b in given if "." in b.split("=", 1)[0]]
+    gin_registry.parse(args.gin_file, settings + declared)  # what the checks below read
+    gin = [f"--gin_file={f}" for f in args.gin_file] + [f"--gin_bindings={b}" for b in declared + settings]
+    macros = [f"--gin_bindings={b}" for b in given if b not in settings]
     if args.wise_ft:
         _check_wise_ft(args, task)
     guards = _guards(args, task)
