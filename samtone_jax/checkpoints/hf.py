@@ -186,6 +186,13 @@ def open_source(folder: str, config) -> Source:
         )
     family.check_hf_config(hf, where, config)
     names, read, shape = open_tensors(folder)
+    if family.hf_pad_id:  # the vocabulary's padding row moves to 0, where every tower pads
+        embedding = set(family.hf_locate(("token_embedder",))[0])
+        stored = read
+
+        def read(name):
+            return family.swap_pad_row(stored(name)) if name in embedding else stored(name)
+
     return Source(
         description=f"Hugging Face {family.display} checkpoint {folder}",
         names=names,

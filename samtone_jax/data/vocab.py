@@ -58,6 +58,11 @@ def check_fits(path: str | None, family, vocab_size: int, what: str) -> None:
     if bert:
         wordpiece = tokens(path)
         wordpiece.start_end_ids  # noqa: B018  (a tokenizer without [CLS] … [SEP] around a text is refused)
+        if wordpiece.source_pad_id != family.hf_pad_id:
+            raise BadValueError(
+                f"{what}={path!r} pads with id {wordpiece.source_pad_id}, but a {family.display} tower's vocabulary "
+                f"pads with id {family.hf_pad_id}: use the model's own tokenizer.json"
+            )
         if wordpiece.vocab_size > vocab_size:
             raise BadValueError(
                 f"{what}={path!r} has {wordpiece.vocab_size} ids but the tower embeds {vocab_size} "

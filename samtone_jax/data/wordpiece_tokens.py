@@ -3,10 +3,14 @@ the `tokenizers` library alone (no TensorFlow, no transformers).
 
 A text becomes what sentence-transformers feeds the model: the tokenizer's own normaliser and
 pre-tokeniser (BERT: clean-up, lower case, accents stripped, CJK characters split), WordPiece, then
-its post-processor's special tokens ([CLS] … [SEP]) around it, truncated to `length` ids *including*
-them (as `tokenizer(texts, truncation=True, max_length=length)`), then [PAD] (id 0, the towers'
-padding id) to `length`. Tested equal to transformers' tokenizer on
-real texts (tests/test_bert.py).
+its post-processor's special tokens ([CLS] … [SEP], or <s> … </s>) around it, truncated to `length`
+ids *including* them (as `tokenizer(texts, truncation=True, max_length=length)`), then padding (id 0,
+the towers' padding id) to `length`. Tested equal to transformers' tokenizer on real texts
+(tests/test_bert.py, tests/test_mpnet.py).
+
+A vocabulary whose padding token is not id 0 (MPNet, RoBERTa: <s> 0, <pad> 1) has its padding id and
+id 0 swapped in every id it gives and reads (`source_pad_id`; `source_ids` maps back), as the tower
+family's importer swaps the two embedding rows (models/family.py, `hf_pad_id`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,19 @@ class WordPieceTokens:
     def __init__(self, path: str):
         self.path = str(path)
         self.extra_ids = 0
+        self.source_pad_id = PAD_ID  # the file's padding id (read with the tokenizer)
+
+    def _swapped(self, ids):
+        """`ids` with id 0 and the file's padding id exchanged (its own inverse: `source_ids`)."""
+        self._tokenizer  # noqa: B018  (reading the file sets source_pad_id)
+        pad = self.source_pad_id
+        if not pad:
+            return list(ids)
+        return [pad if i == 0 else 0 if i == pad else i for i in ids]
+
+    def source_ids(self, ids) -> list[int]:
+        """Our ids of a text as the tokenizer.json numbers them (what transformers' tokenizer gives)."""
+        return self._swapped(int(i) for i in ids)
 
     @functools.cached_property
     def tokenizer_json(self) -> bytes:
@@ -45,12 +62,14 @@ class WordPieceTokens:
             tokenizer = Tokenizer.from_str(self.tokenizer_json.decode("utf-8"))
         except Exception as e:  # noqa: BLE001  the library's parse errors, named with the file
             raise BadValueError(f"{self.path} is not a Hugging Face tokenizer.json ({type(e).__name__}: {e})") from e
-        pad = tokenizer.token_to_id("[PAD]")
-        if pad != PAD_ID:
+        pad = (tokenizer.padding or {}).get("pad_id")
+        if pad is None:
+            pad = next((i for i in map(tokenizer.token_to_id, ("[PAD]", "<pad>")) if i is not None), None)
+        if pad is None:
             raise BadValueError(
-                f"{self.path}: the padding token [PAD] has id {pad}, but the towers pad with id {PAD_ID} "
-                "(a BERT-family WordPiece vocabulary is expected)"
+                f"{self.path}: no padding token (neither a padding setting nor [PAD] / <pad>); the towers need one"
             )
+        self.source_pad_id = int(pad)
         tokenizer.no_padding()
         tokenizer.no_truncation()  # tokenize_batch truncates; the pipeline's ids are never cut here
         return tokenizer
@@ -61,22 +80,23 @@ class WordPieceTokens:
 
     @property
     def unk_id(self) -> int | None:
-        return self._tokenizer.token_to_id("[UNK]")
+        unk = self._tokenizer.token_to_id("[UNK]")
+        return None if unk is None else self._swapped([unk])[0]
 
     @functools.cached_property
     def start_end_ids(self) -> tuple[int, int]:
         """([CLS], [SEP]): what the post-processor puts around one text (read from it, not assumed)."""
-        ids = self._tokenizer.post_process(self._tokenizer.encode("", add_special_tokens=False)).ids
+        ids = self._swapped(self._tokenizer.post_process(self._tokenizer.encode("", add_special_tokens=False)).ids)
         if len(ids) != 2:
             raise BadValueError(f"{self.path}: one text is wrapped in {ids}; expected [CLS] and [SEP] around it")
         return ids[0], ids[1]
 
     def encode(self, text: str) -> list[int]:
         """The ids of `text` without special tokens (never truncated)."""
-        return self._tokenizer.encode(text, add_special_tokens=False).ids
+        return self._swapped(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids) -> str:
-        return self._tokenizer.decode([int(i) for i in ids])
+        return self._tokenizer.decode(self.source_ids(ids))
 
     def tokenize_batch(self, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
         """([N, length] int32 ids: [CLS] text [SEP] truncated to `length`, then [PAD]; [N] int32 1
@@ -90,7 +110,7 @@ class WordPieceTokens:
         truncated = np.zeros((len(texts),), np.int32)
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False) if texts else []
         for row, encoding in enumerate(encodings):
-            ids = [start, *encoding.ids[: length - 2], end]
+            ids = [start, *self._swapped(encoding.ids[: length - 2]), end]
             tokens[row, : len(ids)] = ids
             truncated[row] = len(encoding.ids) > length - 2
         return tokens, truncated

@@ -25,6 +25,7 @@ from samtone_jax.core import paths, run_folders
 from samtone_jax.core.atomic_file import atomic_directory
 from samtone_jax.core.errors import BadValueError, ExistingFileError, MissingFileError
 from samtone_jax.data.wordpiece_tokens import WordPieceTokens
+from samtone_jax.models import families
 from samtone_jax.models.layout import SIDES, layout
 from samtone_jax.version import __version__
 
@@ -164,7 +165,9 @@ def export(
     probes = tokenizer_lib.probe_texts()
     longest = max(encoder.query_length, encoder.doc_length)
     if wordpiece:
-        tokenizer = tokenizer_lib.bert_tokenizer(encoder.vocabulary, longest)
+        tokenizer = tokenizer_lib.json_tokenizer(
+            encoder.vocabulary, longest, families.of(encoder.model.config).hf_tokenizer
+        )
     else:
         tokenizer = tokenizer_lib.t5_tokenizer(encoder.vocabulary, longest)
     prompted = [prompt + text for prompt in set(_prompts(encoder).values()) - {""} for text in probes[:20]]

@@ -15,13 +15,16 @@ from samtone_jax.core.errors import BadValueError
 from samtone_jax.models import families
 
 
-def hf_state_dict(tower: dict, locate, wanted: set[str]) -> dict[str, np.ndarray]:
-    """{Hugging Face name: float32 array} for our tower tree, under each name `locate` gives that the
-    transformers model holds (`wanted`; T5's shared embedding is under two)."""
+def hf_state_dict(tower: dict, family, wanted: set[str]) -> dict[str, np.ndarray]:
+    """{Hugging Face name: float32 array} for our tower tree, under each name the family's `hf_locate`
+    gives that the transformers model holds (`wanted`; T5's shared embedding is under two), the token
+    embedder's padding row back where the family's vocabulary has it."""
     out = {}
     for path, value in _flatten(tower).items():
-        names, transposed = locate(path)
+        names, transposed = family.hf_locate(path)
         value = np.asarray(value, np.float32).reshape(_stored_shape(path, value.shape, False))
+        if path == ("token_embedder",):
+            value = family.swap_pad_row(value)
         if transposed:
             value = value.T
         for name in [n for n in names if n in wanted] or names[:1]:
@@ -47,7 +50,7 @@ def hf_model(tower: dict, config, attention: str | None = None):
         hf._attn_implementation = attention
     model = getattr(transformers, family.hf_architecture)(hf)
     expected = set(model.state_dict())
-    state = hf_state_dict(tower, family.hf_locate, expected)
+    state = hf_state_dict(tower, family, expected)
     state |= {
         k: np.zeros(v.shape, np.float32)
         for k, v in model.state_dict().items()

@@ -49,28 +49,30 @@ def t5_tokenizer(vocabulary, max_length: int):
     )
 
 
-def bert_tokenizer(vocabulary, max_length: int):
-    """transformers' fast BERT tokenizer over a BERT-family tower's own tokenizer.json (the same
-    Rust tokenizer; checked against ours on the probe texts like the T5 one)."""
+def json_tokenizer(vocabulary, max_length: int, class_name: str = "BertTokenizerFast"):
+    """transformers' fast tokenizer `class_name` (the tower family's `hf_tokenizer`: BertTokenizerFast,
+    MPNetTokenizerFast, ...) over the tower's own tokenizer.json (the same Rust tokenizer; checked
+    against ours on the probe texts like the T5 one)."""
     import tempfile
 
-    from transformers import BertTokenizerFast
+    import transformers
 
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         f.write(vocabulary.tokenizer_json)
         f.flush()
-        return BertTokenizerFast(tokenizer_file=f.name, model_max_length=max_length)
+        return getattr(transformers, class_name)(tokenizer_file=f.name, model_max_length=max_length)
 
 
 def check_parity(tokenizer, vocabulary, texts: list[str], length: int) -> None:
     """ValueError naming the first text whose ids (truncated to `length`, the special tokens kept)
-    differ."""
+    differ; ours in the vocabulary file's numbering (`source_ids`: its padding id may not be 0)."""
     from samtone_jax.data.sentencepiece_tokens import tokenize_texts
 
     ours, _ = tokenize_texts(vocabulary, texts, length)
     theirs = tokenizer(texts, truncation=True, max_length=length)["input_ids"]
+    numbered = getattr(vocabulary, "source_ids", list)
     for text, a, b in zip(texts, ours, theirs, strict=True):
-        a = [int(x) for x in a if x != 0]
+        a = numbered([int(x) for x in a if x != 0])
         if a != list(b):
             raise BadValueError(
                 f"the converted tokenizer disagrees with the vocabulary on {text!r}: "

@@ -6,9 +6,10 @@ from __future__ import annotations
 from samtone_jax.core.errors import BadValueError, CheckpointMismatchError
 from samtone_jax.models.bert.family import FAMILY as BERT
 from samtone_jax.models.family import TowerFamily
+from samtone_jax.models.mpnet.family import FAMILY as MPNET
 from samtone_jax.models.t5.family import FAMILY as T5
 
-FAMILIES: tuple[TowerFamily, ...] = (T5, BERT)
+FAMILIES: tuple[TowerFamily, ...] = (T5, BERT, MPNET)
 DEFAULT = T5  # the family of a saved model config that binds no tower config (all of T5Config's defaults)
 
 

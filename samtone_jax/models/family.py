@@ -1,6 +1,6 @@
 """What a tower family is: everything the rest of the package asks of a family, in one record.
 
-A family (T5.1.1: models/t5/, BERT: models/bert/) is one folder holding its config and encoder
+A family (T5.1.1: models/t5/, BERT: models/bert/, MPNet: models/mpnet/) is one folder holding its config and encoder
 (`tower.py`), its Hugging Face names in both directions (`hf_names.py`: the importer reads a tensor
 under the name the exporter writes it), and a `family.py` that fills this record; the registry
 (models/families.py) lists the families. Code outside a family's folder asks the record (through
@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from samtone_jax.core.errors import CheckpointMismatchError
 
 Path = tuple[str, ...]
 
@@ -47,7 +51,38 @@ class TowerFamily:
     mlp_hint: str = ""  # the gin setting of the MLP's form (named when a checkpoint's MLP differs)
     card_line: Callable[[object], str] = lambda config: ""  # the model card's "Tower:" line
     special_tokens: str = ""  # what tokenisation adds to every text ('EOS', '[CLS] and [SEP]')
+    # The id that pads in the Hugging Face vocabulary. Every tower pads with 0, so where it is not 0
+    # (MPNet, RoBERTa: <s> 0, <pad> 1) the tokenizer (data/wordpiece_tokens.py) swaps the two ids and
+    # the importer and exporter swap the two embedding rows (`swap_pad_row`).
+    hf_pad_id: int = 0
+    hf_tokenizer: str = "BertTokenizerFast"  # the transformers class an export's tokenizer.json is loaded as
 
     @property
     def gin_name(self) -> str:
         return self.config_class.__name__
+
+    def swap_pad_row(self, table):
+        """A vocabulary-indexed table (the token embedder) with rows 0 and hf_pad_id swapped: from
+        Hugging Face's order to ours and back (the swap is its own inverse)."""
+        if not self.hf_pad_id:
+            return table
+        order = list(range(table.shape[0]))
+        order[0], order[self.hf_pad_id] = self.hf_pad_id, 0
+        return table[order]
+
+
+def check_same_shape(theirs, ours, fields: Sequence[str], where: str) -> None:
+    """Fail when the config read from a config.json (`theirs`, at `where`) and the gin one (`ours`, the
+    same dataclass) disagree on a shape field or on layer_norm_epsilon, naming the gin setting."""
+    name = type(ours).__name__
+    for field in fields:
+        if getattr(theirs, field) != getattr(ours, field):
+            raise CheckpointMismatchError(
+                f"{where} gives {name}.{field} = {getattr(theirs, field)!r} but the gin config has "
+                f"{getattr(ours, field)!r}: drop the gin file's {name}.* (an import reads them from config.json)"
+            )
+    if not np.isclose(theirs.layer_norm_epsilon, ours.layer_norm_epsilon):
+        raise CheckpointMismatchError(
+            f"{where}: layer_norm_eps {theirs.layer_norm_epsilon} but {name}.layer_norm_epsilon = "
+            f"{ours.layer_norm_epsilon}"
+        )

@@ -5,10 +5,9 @@ what BertEncoder is not) and its gin bindings, and transformers' BertConfig of o
 
 from __future__ import annotations
 
-import numpy as np
-
 from samtone_jax.core.errors import CheckpointMismatchError
 from samtone_jax.models.bert.tower import BertConfig
+from samtone_jax.models.family import check_same_shape
 
 _SHAPE = ("vocab_size", "emb_dim", "num_heads", "num_layers", "head_dim", "mlp_dim", "max_length")
 
@@ -91,18 +90,7 @@ def bindings(hf: dict, where: str) -> list[str]:
 
 def check_hf_config(hf: dict, where: str, config: BertConfig) -> None:
     """Fail on a config.json that disagrees with the gin BertConfig, naming the setting."""
-    theirs = config_from_hf(hf, where)
-    for name in _SHAPE:
-        if getattr(theirs, name) != getattr(config, name):
-            raise CheckpointMismatchError(
-                f"{where} gives BertConfig.{name} = {getattr(theirs, name)!r} but the gin config has "
-                f"{getattr(config, name)!r}: drop the gin file's BertConfig.* (an import reads them from config.json)"
-            )
-    if not np.isclose(theirs.layer_norm_epsilon, config.layer_norm_epsilon):
-        raise CheckpointMismatchError(
-            f"{where}: layer_norm_eps {theirs.layer_norm_epsilon} but BertConfig.layer_norm_epsilon = "
-            f"{config.layer_norm_epsilon}"
-        )
+    check_same_shape(config_from_hf(hf, where), config, _SHAPE, where)
 
 
 def hf_config(config: BertConfig):

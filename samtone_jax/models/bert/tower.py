@@ -161,6 +161,17 @@ def segment_positions(segment_ids: jax.Array) -> jax.Array:
     return index - first
 
 
+def text_layout(tokens: jax.Array, segment_ids: jax.Array | None):
+    """(padding [B, L] bool, each token's position within its text [B, L], the masked keys
+    [B, 1, 1 | L, L] bool) of plain rows (padding = id 0) or packed ones (a token sees its own text)."""
+    if segment_ids is None:
+        padding = tokens == PAD_ID
+        return padding, jnp.broadcast_to(jnp.arange(tokens.shape[1])[None, :], tokens.shape), padding[:, None, None, :]
+    padding = segment_ids == 0
+    other = segment_ids[:, :, None] != segment_ids[:, None, :]
+    return padding, segment_positions(segment_ids), (other | padding[:, None, :])[:, None]
+
+
 class BertEncoder(nn.Module):
     """Token ids [B, L] (0 = [PAD]) -> final hidden states [B, L, emb_dim]; padding keys masked.
     `segment_ids` [B, L]: packed rows (see the module docstring); `adapter`: a LoRA adapter's factors
@@ -187,13 +198,7 @@ class BertEncoder(nn.Module):
         types = param(
             self, "token_type_embedder", _INIT, (cfg.type_vocab_size, cfg.emb_dim), ("token_types", "embed"), pdtype
         )
-        if segment_ids is None:
-            positions = jnp.arange(length)[None, :]
-            masked = (tokens == PAD_ID)[:, None, None, :]
-        else:
-            positions = segment_positions(segment_ids)
-            other = segment_ids[:, :, None] != segment_ids[:, None, :]
-            masked = (other | (segment_ids == 0)[:, None, :])[:, None]
+        _, positions, masked = text_layout(tokens, segment_ids)
         x = jnp.take(words, tokens, axis=0).astype(jnp.float32) + jnp.take(places, positions, axis=0).astype(
             jnp.float32
         )
