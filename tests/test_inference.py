@@ -139,15 +139,30 @@ def test_length_buckets_give_the_full_length_embeddings_in_input_order(trained_r
     encoder = samtone_jax.load(str(trained_run))
     texts = TEXTS + ["dog", "a b c d e f g h i j k"]
     tokens, _ = encoder.vocabulary.tokenize_batch(texts, 12)
-    full = TextEmbedder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=1)
-    bucketed = TextEmbedder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=4)
-    lengths = []
+    full = TextEmbedder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, bucketed=False)
+    bucketed = TextEmbedder(encoder.model, encoder.params, encoder.vocabulary, batch_size=4, tokens_per_batch=20)
+    shapes = []
     encode_tokens = bucketed.encode_tokens
-    monkeypatch.setattr(bucketed, "encode_tokens", lambda t, *a: lengths.append(t.shape[1]) or encode_tokens(t, *a))
+    monkeypatch.setattr(
+        bucketed,
+        "encode_tokens",
+        lambda t, *a, **k: shapes.append((len(t), t.shape[1], k)) or encode_tokens(t, *a, **k),
+    )
     expected = full.encode_all(tokens, "document")
     np.testing.assert_allclose(bucketed.encode_all(tokens, "document"), expected, rtol=1e-5, atol=1e-6)
-    assert lengths == sorted(lengths) and lengths[0] < 12 and set(lengths) <= {3, 6, 9, 12}  # short rows first
-    assert [bucketed.bucket_length(u, 64) for u in (0, 1, 16, 17, 64)] == [1, 16, 16, 32, 64]
+    used = sorted(int(n) for n in (tokens != 0).sum(1))
+    want, start = [], 0  # by hand: 8-token texts 2 a batch (20 // 8), 12-token ones 1 a batch
+    while start < len(used):
+        length = 8 if used[start] <= 8 else 12
+        same = sum(1 for u in used[start:] if (u <= 8) == (length == 8))
+        rows = 20 // length
+        take = min(rows, same)
+        want.append((take, length, {"rows": rows if same >= rows else 1 << (take - 1).bit_length()}))
+        start += take
+    assert shapes == want and shapes[0][1] == 8 and shapes[-1][1] == 12  # short texts first, never dragged to 12
+    assert [bucketed.bucket_length(u, 64) for u in (0, 1, 9, 17, 33, 49, 64, 65)] == [8, 8, 16, 24, 48, 64, 64, 64]
+    assert [bucketed.bucket_length(u, 1000) for u in (129, 385, 999)] == [192, 512, 1000]
+    assert full.bucket_length(3, 12) == 12 and bucketed.rows_for(8) == 2 and bucketed.rows_for(8, texts=1) == 1
 
 
 @pytest.mark.parametrize("devices", [1, 8])
@@ -158,7 +173,7 @@ def test_packed_encoding_gives_the_unpacked_embeddings_in_input_order(trained_ru
     texts = TEXTS * 3 + ["", "dog", "a b c d e f g h i j k l m n o p q"]  # the last one fills its row
     tokens, _ = encoder.vocabulary.tokenize_batch(texts, 12)
     args = (encoder.model, encoder.params, encoder.vocabulary)
-    full = TextEmbedder(*args, batch_size=4, length_buckets=1)
+    full = TextEmbedder(*args, batch_size=4, bucketed=False)
     mesh = partitioning.create_mesh() if devices == 8 else None
     packed = TextEmbedder(*args, mesh, batch_size=2, packing_max_segments=3)
     rows = []
@@ -398,7 +413,7 @@ def test_the_embedder_stops_between_batches_once_a_training_stop_is_requested(tr
 
     encoder = samtone_jax.load(str(trained_run))
     tokens, _ = encoder.vocabulary.tokenize_batch(TEXTS * 3, 12)
-    embedder = TextEmbedder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, length_buckets=1)
+    embedder = TextEmbedder(encoder.model, encoder.params, encoder.vocabulary, batch_size=2, bucketed=False)
     seen = []
     assert embedder.encode_all(tokens, "query", progress=seen.append).shape[0] == len(tokens) > 2
     stop_request.request()

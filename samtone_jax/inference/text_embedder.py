@@ -1,10 +1,13 @@
 """Encode texts with a dual encoder in fixed-size batches sharded over a mesh's 'data' axis.
 
-Texts are sorted by token count and each batch is cut to the shortest of `length_buckets` evenly
-spaced lengths that holds its longest row (trailing padding changes nothing: attention and mean
-pooling mask it, and T5's position bias is relative), so a corpus of short texts costs its real
-length, not the maximum; at most `length_buckets` compilations per (model, side), and the last
-batch is padded to the compiled batch size.
+Texts are sorted by token count and each goes to the shortest length of a ladder (8, 16, 24, 32, 48,
+64, 96, 128, 192, 256, 384, ...: steps of at most 1.5×, capped by the full length) that holds it
+(trailing padding changes nothing: attention and mean pooling mask it, and relative position biases
+see only differences). A batch holds texts of one ladder length and about `tokens_per_batch` tokens
+(at most `batch_size` rows), so a few long texts never drag a batch of short ones to their length,
+and a corpus costs about its real tokens: within 1.5× of them, plus one part-filled batch a length
+(its rows rounded up to a power of two). Compilations: at most two a ladder length per (model, side),
+kept by the persistent compilation cache.
 
 Packed (`packing_max_segments` S): the length-sorted texts are instead laid next-fit into rows of
 the full length, up to S texts a row (data/packing.py's rows: attention within each text), and a
@@ -50,6 +53,19 @@ def _compiled(model, side: str, max_segments: int | None = None):
     return jax.jit(apply)
 
 
+TOKENS_PER_BATCH = 8192  # an unpacked batch's padded tokens (rows × length), whatever its length
+
+
+@functools.cache
+def ladder(limit: int = 1 << 20) -> tuple[int, ...]:
+    """8, 16, 24, 32, 48, 64, 96, 128, ...: 8 × powers of two and their 1.5×, up to `limit`."""
+    out, power = [8], 16
+    while power <= limit:
+        out += [power, power * 3 // 2]
+        power *= 2
+    return tuple(out)
+
+
 def next_fit_rows(lengths: np.ndarray, length: int, max_segments: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(order, row, index): the texts in `order` (shortest first) laid next-fit into rows of
     `length` tokens, at most `max_segments` a row; text order[i] goes to row[i], segment index[i]."""
@@ -75,16 +91,17 @@ class TextEmbedder:
         vocabulary,
         mesh=None,
         batch_size: int = 256,
-        length_buckets: int = 8,
+        bucketed: bool = True,
         packing_max_segments: int | None = None,
+        tokens_per_batch: int = TOKENS_PER_BATCH,
     ):
-        if length_buckets < 1:
-            raise BadValueError(f"length_buckets must be >= 1 (1 = always the full length), got {length_buckets}")
+        if tokens_per_batch < 1:
+            raise BadValueError(f"tokens_per_batch must be >= 1, got {tokens_per_batch}")
         if packing_max_segments is not None and packing_max_segments < 1:
             raise BadValueError(f"packing_max_segments must be >= 1 (None: unpacked), got {packing_max_segments}")
-        self.model, self.vocabulary, self.mesh, self.length_buckets = model, vocabulary, mesh, length_buckets
-        self.packing_max_segments = packing_max_segments
-        devices = 1 if mesh is None else mesh.shape["data"]
+        self.model, self.vocabulary, self.mesh, self.bucketed = model, vocabulary, mesh, bucketed
+        self.packing_max_segments, self.tokens_per_batch = packing_max_segments, tokens_per_batch
+        self.devices = devices = 1 if mesh is None else mesh.shape["data"]
         self.batch_size = -(-max(batch_size, 1) // devices) * devices  # a multiple of the data devices
         self._tokens_sharding = None if mesh is None else NamedSharding(mesh, P("data"))
         self.params = None if params is None else self.place(params)
@@ -96,12 +113,12 @@ class TextEmbedder:
         boxed = jax.eval_shape(lambda: init_params(self.model, jax.random.PRNGKey(0)))
         return jax.device_put(params, partitioning.param_shardings(self.mesh, boxed))
 
-    def encode_tokens(self, tokens: np.ndarray, side: str, params=None, segment_ids=None) -> np.ndarray:
-        """tokens [N, L] int32 (N <= batch_size, the same on every process) -> [N, P] float32; packed
-        rows (with their segment_ids [batch_size, L]) -> [batch_size, packing_max_segments, P]."""
-        n = len(tokens)
-        if n < self.batch_size:  # pad to the compiled shape (padding rows are dropped below)
-            tokens = np.concatenate([tokens, np.zeros((self.batch_size - n, tokens.shape[1]), tokens.dtype)])
+    def encode_tokens(self, tokens: np.ndarray, side: str, params=None, segment_ids=None, rows=None) -> np.ndarray:
+        """tokens [N, L] int32 (N <= rows, default batch_size; the same on every process) -> [N, P]
+        float32; packed rows (with their segment_ids [batch_size, L]) -> [batch_size, packing_max_segments, P]."""
+        n, rows = len(tokens), rows or self.batch_size
+        if n < rows:  # pad to the compiled shape (padding rows are dropped below)
+            tokens = np.concatenate([tokens, np.zeros((rows - n, tokens.shape[1]), tokens.dtype)])
         arrays = (tokens,) if segment_ids is None else (tokens, segment_ids)
         if self._tokens_sharding is not None:
             arrays = tuple(
@@ -122,9 +139,20 @@ class TextEmbedder:
         return self.encode_all(tokenize(self.vocabulary, list(texts), length)[0], side, progress, params)
 
     def bucket_length(self, used: int, full: int) -> int:
-        """The shortest of the `length_buckets` lengths ceil(full·j / buckets) that is >= used."""
-        step = full / self.length_buckets
-        return min(full, max(1, int(np.ceil(np.ceil(used / step) * step))))
+        """The shortest ladder length (8·{1, 2, 3, 4, 6, 8, 12, ...}) >= used, at most `full`; `full`
+        itself when not bucketed."""
+        if not self.bucketed:
+            return full
+        return min(full, next(length for length in ladder() if length >= used))
+
+    def rows_for(self, length: int, texts: int | None = None) -> int:
+        """Rows of a batch at `length`: about tokens_per_batch tokens, at most batch_size, a multiple of
+        the data devices; for the last `texts` of a length, the power of two that holds them (fewer
+        padding rows, at most one more compilation a length)."""
+        rows = min(self.batch_size, max(1, self.tokens_per_batch // length))
+        if texts is not None and texts < rows:
+            rows = 1 << max(0, int(texts - 1).bit_length())
+        return -(-rows // self.devices) * self.devices
 
     def encode_all(self, tokens: np.ndarray, side: str, progress=None, params=None) -> np.ndarray:
         """tokens [N, L] (any N; padding 0 at the end of each row) -> [N, P], in length-sorted batches."""
@@ -147,12 +175,19 @@ class TextEmbedder:
         return out
 
     def _bucketed(self, tokens, used, side, params):
-        """(text indices, their embeddings) per batch of `batch_size` length-sorted texts."""
+        """(text indices, their embeddings) per batch: length-sorted texts of one ladder length, about
+        tokens_per_batch tokens a batch (rows_for)."""
         order = np.argsort(used, kind="stable")
-        for start in range(0, len(tokens), self.batch_size):
-            texts = order[start : start + self.batch_size]
-            length = self.bucket_length(int(used[texts].max()), tokens.shape[1])
-            yield texts, self.encode_tokens(tokens[texts, :length], side, params)
+        lengths = np.array([self.bucket_length(int(u), tokens.shape[1]) for u in used[order]])
+        start = 0
+        while start < len(order):
+            length = int(lengths[start])
+            same = int(np.searchsorted(lengths, length, side="right")) - start  # texts left at this length
+            rows = self.rows_for(length)
+            rows = rows if same >= rows else self.rows_for(length, same)
+            texts = order[start : start + min(rows, same)]
+            yield texts, self.encode_tokens(tokens[texts, :length], side, params, rows=rows)
+            start += len(texts)
 
     def _packed(self, tokens, used, side, params):
         """(text indices, their embeddings) per batch of `batch_size` packed rows."""
