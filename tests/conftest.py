@@ -435,3 +435,63 @@ def gcs(tmp_path_factory):
             yield emulator
     finally:
         emulator.stop()
+
+
+def imported_tower(encoder_class, config_from_hf, folder):
+    """(config, tower parameters, the source names used) of a Hugging Face folder, imported through
+    the family's own names into `encoder_class`'s tree."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    from samtone_jax.checkpoints import hf
+    from samtone_jax.checkpoints.source import tower_from_source
+
+    config = config_from_hf(*hf.read_config(str(folder)))
+    abstract = jax.eval_shape(
+        lambda: nn.unbox(encoder_class(config).init(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32)))
+    )
+    params, used = tower_from_source(hf.open_source(str(folder), config), abstract["params"])
+    return config, params, used
+
+
+def swap01(ids):
+    """Token ids with 0 and 1 exchanged: a pad-1 vocabulary's ids as the towers read them, and back."""
+    import numpy as np
+
+    ids = np.asarray(ids)
+    return np.where(ids == 0, 1, np.where(ids == 1, 0, ids)).astype(np.int32)
+
+
+def trains_and_exports(folder, tmp_path, model_type: str, pad_token_id: int) -> None:
+    """A Hugging Face folder with its tokenizer.json (a tiny random model of a tower family) ->
+    import-checkpoint -> samtone train (2 steps, packed, on the wordnet_env task) -> a
+    sentence-transformers export that embeds like the run, and an hf export (`model_type`,
+    `pad_token_id`) that loads back equal."""
+    import json
+
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    from samtone_jax.cli import main as cli
+
+    init, run, st, hf_out = tmp_path / "init", tmp_path / "run", tmp_path / "st", tmp_path / "hf_out"
+    assert cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={folder}", f"--out={init}"]) == 0
+    argv = ["train", f"--gin_file={init}/model.gin", "--gin_file=losses/samtone_query.gin", "--gin.TEMPERATURE=0.05"]
+    argv += [f"--gin.train.model_dir='{run}'", f"--gin.train.init_checkpoint='{init}'"]
+    argv += ["--gin.train.task='wordnet_definitions'", "--gin.inputs.split='all'", "--gin.train.train_steps=2"]
+    argv += ["--gin.train.batch_size=8", "--gin.train.query_length=12", "--gin.train.doc_length=16"]
+    argv += [f"--gin.train.vocabulary='{folder}/tokenizer.json'", "--gin.packing.enabled=True"]
+    assert cli.main([*argv, "--gin.create_mesh.num_devices=1"]) == 0
+    texts = ["a small dog", "the act of running", "Ünïcödé"]
+    before, after = samtone_jax.load(str(init)), samtone_jax.load(str(run))
+    assert np.abs(after.encode_queries(texts) - before.encode_queries(texts)).max() > 1e-4
+    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={st}"]) == 0
+    theirs = SentenceTransformer(str(st), device="cpu", local_files_only=True).encode_query(texts)
+    np.testing.assert_allclose(np.sum(after.encode_queries(texts) * theirs, axis=1), 1.0, atol=1e-5)
+    assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--out={hf_out}"]) == 0
+    exported = json.loads((hf_out / "config.json").read_text())
+    assert (exported["model_type"], exported["pad_token_id"]) == (model_type, pad_token_id)
+    np.testing.assert_allclose(
+        samtone_jax.load(str(hf_out)).encode_queries(texts), after.encode_queries(texts), atol=1e-5
+    )

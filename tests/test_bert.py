@@ -192,7 +192,7 @@ def test_bert_imports_refuse_what_the_tower_is_not(tiny_bert_folder, tmp_path):
     folder, _ = tiny_bert_folder
     config = json.loads((folder / "config.json").read_text())
     for change, said in (
-        ({"model_type": "roberta"}, "model_type 'roberta'"),
+        ({"model_type": "xlnet"}, "model_type 'xlnet'"),
         ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
         ({"hidden_act": "gelu_new"}, "hidden_act 'gelu_new'"),
     ):

@@ -8,16 +8,15 @@ from __future__ import annotations
 import json
 import os
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import require_shared
+from conftest import imported_tower, require_shared, swap01, trains_and_exports
 from test_bert import UNICODE_TEXTS
 
 from samtone_jax.checkpoints import hf, pretrained
-from samtone_jax.checkpoints.source import CheckpointMismatchError, tower_from_source
+from samtone_jax.checkpoints.source import CheckpointMismatchError
 from samtone_jax.cli import main as cli
 from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.data import vocab as vocab_lib
@@ -56,16 +55,7 @@ def tiny_mpnet_folder(tmp_path_factory):
 
 
 def _our_tower(folder):
-    config = config_from_hf(*hf.read_config(str(folder)))
-    abstract = jax.eval_shape(
-        lambda: nn.unbox(MPNetEncoder(config).init(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32)))
-    )
-    params, used = tower_from_source(hf.open_source(str(folder), config), abstract["params"])
-    return config, params, used
-
-
-def _swap01(ids):
-    return np.where(ids == 0, 1, np.where(ids == 1, 0, ids)).astype(np.int32)
+    return imported_tower(MPNetEncoder, config_from_hf, folder)
 
 
 def test_the_mpnet_tower_computes_what_transformers_mpnet_model_computes(tiny_mpnet_folder):
@@ -79,7 +69,7 @@ def test_the_mpnet_tower_computes_what_transformers_mpnet_model_computes(tiny_mp
     theirs_ids[:, 0] = 0
     for row, n in enumerate([200, 150, 3]):
         theirs_ids[row, n - 1], theirs_ids[row, n:] = 2, 1
-    ours = np.asarray(jax.jit(MPNetEncoder(config).apply)({"params": params}, _swap01(theirs_ids)))
+    ours = np.asarray(jax.jit(MPNetEncoder(config).apply)({"params": params}, swap01(theirs_ids)))
     with torch.no_grad():
         theirs = torch_model(
             input_ids=torch.tensor(theirs_ids), attention_mask=torch.tensor(theirs_ids != 1)
@@ -163,7 +153,7 @@ def test_a_vocabulary_padding_with_id_1_is_read_with_0_and_1_swapped(tmp_path):
     texts = SENTENCES[:4] + UNICODE_TEXTS
     tokens, _ = ours.tokenize_batch(texts, 12)
     want = np.asarray(theirs(texts, truncation=True, max_length=12, padding="max_length")["input_ids"])
-    np.testing.assert_array_equal(tokens, _swap01(want))  # <s> is 1 here, padding 0
+    np.testing.assert_array_equal(tokens, swap01(want))  # <s> is 1 here, padding 0
     assert ours.start_end_ids == (1, 2) and ours.source_pad_id == 1
     assert ours.source_ids(tokens[0]) == list(want[0])
     assert ours.decode(ours.encode("the dog")) == "the dog"
@@ -198,32 +188,10 @@ def test_mpnet_imports_refuse_what_the_tower_is_not(tiny_mpnet_folder, tmp_path)
 def test_an_mpnet_tower_trains_packed_from_an_import_then_exports_to_sentence_transformers(wordnet_env, tmp_path):
     """Hugging Face MPNet folder -> import-checkpoint -> samtone train (packed, the tokenizer.json as
     the vocabulary) -> sentence-transformers and hf exports that embed like the run, reloaded."""
-    from sentence_transformers import SentenceTransformer
-
-    import samtone_jax
     from samtone_jax.tasks import catalogue
 
     folder = tiny_mpnet_with_tokenizer(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
-    init, run, st, hf_out = tmp_path / "init", tmp_path / "run", tmp_path / "st", tmp_path / "hf_out"
-    assert cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={folder}", f"--out={init}"]) == 0
-    argv = ["train", f"--gin_file={init}/model.gin", "--gin_file=losses/samtone_query.gin", "--gin.TEMPERATURE=0.05"]
-    argv += [f"--gin.train.model_dir='{run}'", f"--gin.train.init_checkpoint='{init}'"]
-    argv += ["--gin.train.task='wordnet_definitions'", "--gin.inputs.split='all'", "--gin.train.train_steps=2"]
-    argv += ["--gin.train.batch_size=8", "--gin.train.query_length=12", "--gin.train.doc_length=16"]
-    argv += [f"--gin.train.vocabulary='{folder}/tokenizer.json'", "--gin.packing.enabled=True"]
-    assert cli.main([*argv, "--gin.create_mesh.num_devices=1"]) == 0
-    texts = ["a small dog", "the act of running", "Ünïcödé"]
-    before, after = samtone_jax.load(str(init)), samtone_jax.load(str(run))
-    assert np.abs(after.encode_queries(texts) - before.encode_queries(texts)).max() > 1e-4
-    assert cli.main(["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={st}"]) == 0
-    theirs = SentenceTransformer(str(st), device="cpu", local_files_only=True).encode_query(texts)
-    np.testing.assert_allclose(np.sum(after.encode_queries(texts) * theirs, axis=1), 1.0, atol=1e-5)
-    assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--out={hf_out}"]) == 0
-    exported = json.loads((hf_out / "config.json").read_text())
-    assert (exported["model_type"], exported["pad_token_id"]) == ("mpnet", 1)
-    np.testing.assert_allclose(
-        samtone_jax.load(str(hf_out)).encode_queries(texts), after.encode_queries(texts), atol=1e-5
-    )
+    trains_and_exports(folder, tmp_path, "mpnet", 1)
 
 
 # -- the real all-mpnet-base-v2 ---------------------------------------------------------------------------
@@ -255,7 +223,7 @@ def test_the_real_mpnet_tokenizer_equals_transformers_on_real_and_odd_texts(mpne
     for length in (16, 128):
         tokens, _ = ours.tokenize_batch(texts, length)
         want = theirs(texts, truncation=True, max_length=length, padding="max_length")["input_ids"]
-        np.testing.assert_array_equal(tokens, _swap01(np.asarray(want)))
+        np.testing.assert_array_equal(tokens, swap01(np.asarray(want)))
     assert ours.vocab_size == 30527
 
 

@@ -212,7 +212,9 @@ def _type_name(hint) -> str:
 def model() -> _DualEncoder:
     """The DualEncoder the parsed gin config describes (`DualEncoder.*` and `T5Config.*` or
     `BertConfig.*`)."""
-    bound = sorted({name for name in TOWER_CONFIGS for _, selector in gin.config._CONFIG if selector.endswith(name)})
+    bound = sorted(
+        {name for name in TOWER_CONFIGS for _, selector in gin.config._CONFIG if selector.split(".")[-1] == name}
+    )  # the whole last part: DistilBertConfig is not BertConfig
     if not bound:
         raise BadValueError(
             "no T5Config.* binding: the gin config names no model size; include one of gin_configs/models/*.gin "

@@ -74,14 +74,22 @@ class WordPieceTokens:
         tokenizer.no_truncation()  # tokenize_batch truncates; the pipeline's ids are never cut here
         return tokenizer
 
+    def source_token(self, which) -> str | None:
+        """The token the file numbers `which` (an id in its numbering), or its 'unk' / 'mask' token
+        ([UNK] / <unk>, [MASK] / <mask>; None when it has none)."""
+        if isinstance(which, int):
+            return self._tokenizer.id_to_token(which)
+        names = {"unk": ("[UNK]", "<unk>"), "mask": ("[MASK]", "<mask>")}[which]
+        return next((t for t in names if self._tokenizer.token_to_id(t) is not None), None)
+
     @property
     def vocab_size(self) -> int:
         return self._tokenizer.get_vocab_size()
 
     @property
     def unk_id(self) -> int | None:
-        unk = self._tokenizer.token_to_id("[UNK]")
-        return None if unk is None else self._swapped([unk])[0]
+        unk = self.source_token("unk")
+        return None if unk is None else self._swapped([self._tokenizer.token_to_id(unk)])[0]
 
     @functools.cached_property
     def start_end_ids(self) -> tuple[int, int]:

@@ -57,10 +57,17 @@ def json_tokenizer(vocabulary, max_length: int, class_name: str = "BertTokenizer
 
     import transformers
 
+    special = {}
+    if class_name == "PreTrainedTokenizerFast":  # a generic class knows no special tokens: named from the file
+        pad, (start, end) = vocabulary.source_pad_id, (vocabulary.source_ids(vocabulary.start_end_ids))
+        token = vocabulary.source_token
+        special = dict(pad_token=token(pad), bos_token=token(start), cls_token=token(start))
+        special |= dict(eos_token=token(end), sep_token=token(end))
+        special |= {k: v for k, v in (("unk_token", token("unk")), ("mask_token", token("mask"))) if v}
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         f.write(vocabulary.tokenizer_json)
         f.flush()
-        return getattr(transformers, class_name)(tokenizer_file=f.name, model_max_length=max_length)
+        return getattr(transformers, class_name)(tokenizer_file=f.name, model_max_length=max_length, **special)
 
 
 def check_parity(tokenizer, vocabulary, texts: list[str], length: int) -> None:

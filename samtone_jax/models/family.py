@@ -86,3 +86,8 @@ def check_same_shape(theirs, ours, fields: Sequence[str], where: str) -> None:
             f"{where}: layer_norm_eps {theirs.layer_norm_epsilon} but {name}.layer_norm_epsilon = "
             f"{ours.layer_norm_epsilon}"
         )
+
+
+def gin_bindings(config, fields: Sequence[str]) -> list[str]:
+    """`<ConfigClass>.<field> = <value>` gin bindings of `config`'s `fields`."""
+    return [f"{type(config).__name__}.{field} = {getattr(config, field)!r}" for field in fields]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from samtone_jax.core.errors import CheckpointMismatchError
 from samtone_jax.models.bert.tower import BertConfig
-from samtone_jax.models.family import check_same_shape
+from samtone_jax.models.family import check_same_shape, gin_bindings
 
 _SHAPE = ("vocab_size", "emb_dim", "num_heads", "num_layers", "head_dim", "mlp_dim", "max_length")
 
@@ -85,7 +85,7 @@ def bindings(hf: dict, where: str) -> list[str]:
     sentence-transformers would use."""
     config = config_from_hf(hf, where)
     fields = _SHAPE + ("type_vocab_size", "layer_norm_epsilon", "dropout_rate", "attention_dropout_rate")
-    return [f"BertConfig.{name} = {getattr(config, name)!r}" for name in fields]
+    return gin_bindings(config, fields)
 
 
 def check_hf_config(hf: dict, where: str, config: BertConfig) -> None:

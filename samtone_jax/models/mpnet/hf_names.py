@@ -6,7 +6,7 @@ and its gin bindings, and transformers' MPNetConfig of our shape."""
 from __future__ import annotations
 
 from samtone_jax.core.errors import CheckpointMismatchError
-from samtone_jax.models.family import check_same_shape
+from samtone_jax.models.family import check_same_shape, gin_bindings
 from samtone_jax.models.mpnet.tower import BUCKETS, FIRST_POSITION, MPNetConfig
 
 PAD_ID = 1  # <pad> in MPNet's vocabulary (<s> is 0): swapped with 0 on the way in and out
@@ -88,7 +88,7 @@ def bindings(hf: dict, where: str) -> list[str]:
     """MPNetConfig.* gin bindings of a config.json (the source's dropout rates, as BERT's)."""
     config = config_from_hf(hf, where)
     fields = _SHAPE + ("layer_norm_epsilon", "dropout_rate", "attention_dropout_rate")
-    return [f"MPNetConfig.{name} = {getattr(config, name)!r}" for name in fields]
+    return gin_bindings(config, fields)
 
 
 def check_hf_config(hf: dict, where: str, config: MPNetConfig) -> None:
