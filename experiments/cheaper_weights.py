@@ -29,7 +29,7 @@ import re
 import sys
 
 from common import existing_eval, experiment_parser, parse_into_folder, samtone, summarize
-from pretrained_peer import TASKS, import_minilm, train_ours
+from pretrained_peer import TASKS, import_base, train_ours
 
 LOSS = "losses/samtone_query.gin"
 ARMS = {  # arm -> (extra train flags, uses the LoRA learning rate)
@@ -66,7 +66,7 @@ def main():
     args, out = parse_into_folder(parser)
     args.task = "wordnet_definitions"
     _, _, split, sample = TASKS[args.task]
-    init = import_minilm(out)
+    init = import_base(out, "all-MiniLM-L6-v2")
 
     def evaluate(model_dir, name, weights="params"):
         flags = [f"--gin.evaluate.model_dir='{model_dir}'", f"--gin.evaluate.task='{args.task}'"]

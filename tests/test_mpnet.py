@@ -229,9 +229,10 @@ def test_the_real_mpnet_tokenizer_equals_transformers_on_real_and_odd_texts(mpne
 
 @pytest.mark.slow
 def test_the_imported_mpnet_embeds_like_sentence_transformers_and_exports_equal(mpnet_folder, tmp_path, capsys):
-    """all-mpnet-base-v2 by name -> import-checkpoint -> samtone_jax.load: 1,000 real texts and the odd
-    ones embed as SentenceTransformer(folder).encode (cosine ≥ 0.99999); its sentence-transformers
-    export reloads equal (the export checks ≥ 0.9999 itself; here ≥ 0.99999)."""
+    """all-mpnet-base-v2 by name -> import-checkpoint -> samtone_jax.load: real SQuAD texts and the odd
+    ones embed as SentenceTransformer(folder).encode (cosine ≥ 0.99999); its sentence-transformers export
+    reloads in sentence-transformers equal (the export's own check, here held to ≥ 0.99999). 400 real
+    texts in the suite (2.5 minutes); SAMTONE_PARITY_TEXTS=1000 for the 1,000 of docs/GUIDE.md."""
     from sentence_transformers import SentenceTransformer
 
     import samtone_jax
@@ -240,16 +241,14 @@ def test_the_imported_mpnet_embeds_like_sentence_transformers_and_exports_equal(
     argv = ["import-checkpoint", "--format=sentence-transformers", "--checkpoint=all-mpnet-base-v2", f"--out={dst}"]
     assert cli.main(argv) == 0
     assert "imported 197 variables (109,485,696 parameters" in capsys.readouterr().out
-    texts = _squad_texts(1000) + UNICODE_TEXTS
+    texts = _squad_texts(int(os.environ.get("SAMTONE_PARITY_TEXTS", "400"))) + UNICODE_TEXTS
     encoder = samtone_jax.load(str(dst))
     assert (encoder.query_length, encoder.doc_length) == (384, 384)  # sentence-transformers' max_seq_length
-    ours = encoder.encode_documents(texts)
     theirs = SentenceTransformer(mpnet_folder, device="cpu", local_files_only=True).encode(texts, batch_size=64)
-    cosine = np.sum(ours * theirs, axis=1)
+    cosine = np.sum(encoder.encode_documents(texts) * theirs, axis=1)
     assert cosine.min() >= 0.99999, (cosine.min(), texts[int(cosine.argmin())])
     assert cli.main(["export", f"--checkpoint={dst}", "--format=sentence-transformers", f"--out={st}"]) == 0
-    reloaded = SentenceTransformer(str(st), device="cpu", local_files_only=True).encode_document(texts[:200])
-    assert np.sum(ours[:200] * reloaded, axis=1).min() >= 0.99999
+    assert json.loads((st / "samtone.json").read_text())["min_cosine"] >= 0.99999  # reloaded by sentence-transformers
 
 
 def test_a_missing_wheel_part_is_named(monkeypatch, tmp_path):

