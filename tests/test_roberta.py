@@ -129,7 +129,8 @@ def test_bpe_and_unigram_vocabularies_that_pad_with_1_read_with_0_and_1_swapped(
     want = np.asarray(theirs(texts, truncation=True, max_length=12, padding="max_length")["input_ids"])
     np.testing.assert_array_equal(tokens, swap01(want))
     assert ours.start_end_ids == (1, 2) and ours.unk_id == 3
-    exported = tokenizer_lib.json_tokenizer(ours, 12, "PreTrainedTokenizerFast")  # as the export writes it
+    fresh = WordPieceTokens(str(tmp_path / "tokenizer.json"))  # nothing read yet: its padding id read on demand
+    exported = tokenizer_lib.json_tokenizer(fresh, 12, "PreTrainedTokenizerFast")  # as the export writes it
     assert (exported.pad_token, exported.cls_token, exported.sep_token) == ("<pad>", "<s>", "</s>")
     tokenizer_lib.check_parity(exported, ours, texts, 12)
 

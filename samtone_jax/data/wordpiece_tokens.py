@@ -33,11 +33,16 @@ class WordPieceTokens:
     def __init__(self, path: str):
         self.path = str(path)
         self.extra_ids = 0
-        self.source_pad_id = PAD_ID  # the file's padding id (read with the tokenizer)
+        self._source_pad_id = None  # the file's padding id: set when the file is read
+
+    @property
+    def source_pad_id(self) -> int:
+        """The id the tokenizer.json pads with (its padding setting, else [PAD] / <pad>)."""
+        self._tokenizer  # noqa: B018  (reading the file sets it)
+        return self._source_pad_id
 
     def _swapped(self, ids):
         """`ids` with id 0 and the file's padding id exchanged (its own inverse: `source_ids`)."""
-        self._tokenizer  # noqa: B018  (reading the file sets source_pad_id)
         pad = self.source_pad_id
         if not pad:
             return list(ids)
@@ -69,7 +74,7 @@ class WordPieceTokens:
             raise BadValueError(
                 f"{self.path}: no padding token (neither a padding setting nor [PAD] / <pad>); the towers need one"
             )
-        self.source_pad_id = int(pad)
+        self._source_pad_id = int(pad)
         tokenizer.no_padding()
         tokenizer.no_truncation()  # tokenize_batch truncates; the pipeline's ids are never cut here
         return tokenizer
