@@ -1,11 +1,11 @@
 """Encode texts with a dual encoder in fixed-size batches sharded over a mesh's 'data' axis.
 
 Texts are sorted by token count and each goes to the shortest length of a ladder (8, 16, 24, 32, 48,
-64, 96, 128, 192, 256, 384, ...: steps of at most 1.5×, capped by the full length) that holds it
+64, 96, 128, 192, 256, 384, ...: steps of at most 1.5× from 16 on, capped by the full length) that holds it
 (trailing padding changes nothing: attention and mean pooling mask it, and relative position biases
 see only differences). A batch holds texts of one ladder length and about `tokens_per_batch` tokens
 (at most `batch_size` rows), so a few long texts never drag a batch of short ones to their length,
-and a corpus costs about its real tokens: within 1.5× of them, plus one part-filled batch a length
+and a corpus costs about its real tokens: within 1.5× of them above 16 tokens, plus one part-filled batch a length
 (its rows rounded up to a power of two). Compilations: at most two a ladder length per (model, side),
 kept by the persistent compilation cache.
 
