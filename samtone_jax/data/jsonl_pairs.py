@@ -6,6 +6,9 @@ ids, hard negatives (triplets and beyond) and a teacher's scores.
   optional: "query_id", "document_id"  your ids (default: from the normalised text, so equal texts
                                        share an id and a document judged for two queries is one document)
             "negative_ids"             ids of "negatives", in order
+  {"text": "..."}                      a text alone (no query): paired with itself, for label-free
+                                       adaptation (a teacher's embeddings of your corpus:
+                                       objectives/embedding_distillation.py); no other field
             "document_score", "negative_scores"   a teacher's scores of the document and of each
                                        negative (distillation: inputs.teacher_scores)
 
@@ -71,6 +74,22 @@ def _score(value, what: str) -> float:
     return float(value)
 
 
+def _pair_of(record: dict) -> dict:
+    """A "text" line as the pair (text, text); any other line as it is, with its query and document."""
+    if "text" not in record:
+        missing = [k for k in ("query", "document") if k not in record]
+        if missing:
+            raise KeyError(f"missing field(s) {missing} (or a text alone: 'text')")
+        return record
+    if set(record) != {"text"}:
+        raise BadValueError(
+            f"a 'text' line (a text alone, paired with itself) has no other field; got {sorted(record)}: give "
+            "'query' and 'document' for a pair"
+        )
+    text = _text(record, "text")
+    return {"query": text, "document": text}
+
+
 def _parse(record: dict) -> dict:
     """One line's pair, checked: {query, document, negatives [text], ids, scores}."""
     unknown = sorted(set(record) - set(FIELDS))
@@ -125,7 +144,7 @@ def load(path: str, name: str, keep=lambda query: True, skip_bad_records: bool =
             )
 
     def parse(line: str) -> dict:
-        return _parse(json_object(line, require=("query", "document")))
+        return _parse(_pair_of(json_object(line)))
 
     for line, pair in read_lines(path, parse, stats, skip_bad_records, numbered=True):
         if not pair["query"].strip() or not pair["document"].strip():

@@ -35,15 +35,20 @@ def _shard_path(out_dir, index: int, count: int):
     return paths.as_path(out_dir) / f"shard-{index:05d}-of-{count:05d}.npz"
 
 
-def _manifest(ids: list[str], texts: list[str], shard_size: int, fingerprint: dict) -> dict:
+def texts_sha1(ids: list[str], texts: list[str]) -> str:
+    """The manifest's fingerprint of what is encoded: (id, text) in order."""
     digest = hashlib.sha1()
     for i, t in zip(ids, texts, strict=True):
         digest.update(f"{i}\t{t}\n".encode())
+    return digest.hexdigest()
+
+
+def _manifest(ids: list[str], texts: list[str], shard_size: int, fingerprint: dict) -> dict:
     return {
         "rows": len(ids),
         "shard_size": shard_size,
         "shards": max(1, -(-len(ids) // shard_size)),
-        "texts_sha1": digest.hexdigest(),
+        "texts_sha1": texts_sha1(ids, texts),
         "fingerprint": fingerprint,
     }
 
@@ -151,13 +156,17 @@ def _clear(out_dir) -> None:
     (folder / MANIFEST).unlink(missing_ok=True)
 
 
-def load_shards(out_dir: str) -> tuple[list[str], np.ndarray]:
-    """(ids, embeddings [N, P] float32) in the original order; FileNotFoundError naming the missing
-    shards when an encoding is incomplete."""
+def read_manifest(out_dir: str) -> dict:
     path = paths.as_path(out_dir) / MANIFEST
     if not path.exists():
         raise MissingFileError(f"{path} not found: {out_dir} is not an embedding folder (samtone encode writes one)")
-    manifest = json.loads(path.read_text())
+    return json.loads(path.read_text())
+
+
+def load_shards(out_dir: str) -> tuple[list[str], np.ndarray]:
+    """(ids, embeddings [N, P] float32) in the original order; FileNotFoundError naming the missing
+    shards when an encoding is incomplete."""
+    manifest = read_manifest(out_dir)
     count = manifest["shards"]
     present = {p.name for p in paths.as_path(out_dir).glob("shard-*.npz")}  # one listing, not one request a shard
     missing = [i for i in range(count) if _shard_path(out_dir, i, count).name not in present]

@@ -47,7 +47,9 @@ class InputSettings:
     any host count dividing it; `shuffle_block_size` k: runs of k consecutive examples, for
     duplicate-heavy ablations); `id_masking` False drops the ids from the loss (duplicate texts become
     each other's negatives: SamToNe's duplicate-document ablation; keep it True); `task_batches` (a
-    TaskBatches; the task a mixture) draws every batch from one member task."""
+    TaskBatches; the task a mixture) draws every batch from one member task; `teacher_embeddings`: a
+    teacher's `samtone encode --side=both` folder of the task (a mixture: one a member task, in order),
+    for objective.embedding_distillation_weight (training/teacher_embeddings.py)."""
 
     split: str = "train"
     num_negatives: int = 0
@@ -57,6 +59,7 @@ class InputSettings:
     shuffle_block_size: int = 1
     id_masking: bool = True
     task_batches: TaskBatches | None = None
+    teacher_embeddings: str | tuple[str, ...] | None = None
 
 
 @gin.configurable("objective")
@@ -68,7 +71,11 @@ class ObjectiveSettings:
     `quantized_precisions` (e.g. ('float32', 'binary'), optional `quantized_weights`) adds it on the
     embeddings as an int8 / binary index serves them (with 'int8', train.init_checkpoint is required);
     `spread_out_weight` w > 0 adds w · the spread-out term (objectives/spread_out.py: each tower's
-    embeddings pushed apart on the sphere)."""
+    embeddings pushed apart on the sphere); `embedding_distillation_weight` w > 0 adds w · the student's
+    embeddings matched to the teacher's (inputs.teacher_embeddings), by `embedding_distillation_mode`
+    'similarity' (the in-batch similarity matrices, any widths) or 'cosine' (each text's, equal widths;
+    objectives/embedding_distillation.py). With contrastive_weight 0 and no score distillation it is the
+    whole loss (label-free adaptation)."""
 
     contrastive_weight: float = 1.0
     distillation_weight: float = 0.0
@@ -77,6 +84,8 @@ class ObjectiveSettings:
     quantized_precisions: tuple[str, ...] | None = None
     quantized_weights: tuple[float, ...] | None = None
     spread_out_weight: float = 0.0
+    embedding_distillation_weight: float = 0.0
+    embedding_distillation_mode: str = "similarity"
 
 
 @gin.configurable("step")

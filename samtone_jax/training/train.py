@@ -35,7 +35,7 @@ from samtone_jax.evaluation.guard import GuardSettings
 from samtone_jax.inference import serving_lengths
 from samtone_jax.models import families, init_params, partitioning
 from samtone_jax.models import lora as lora_lib
-from samtone_jax.objectives import distillation, matryoshka, quantization_aware, spread_out
+from samtone_jax.objectives import distillation, embedding_distillation, matryoshka, quantization_aware, spread_out
 from samtone_jax.training import grad_cache, loop, optimizer, start_checks
 from samtone_jax.training.batch_embeddings import embed_batch
 from samtone_jax.training.settings import Evaluation, InputSettings, ObjectiveSettings, ScheduleSettings, StepSettings
@@ -52,6 +52,9 @@ def make_loss_on_embeddings(model, mesh, batch, loss_fn):
     per_pair = {arg: batch[k] for k, arg in names.items() if k in batch}
     if "teacher_scores" in batch:  # only a loss built by distillation.with_distillation takes them
         per_pair["teacher_scores"] = batch["teacher_scores"]
+    for feature, arg in (("teacher_query_embedding", "teacher_query"), ("teacher_doc_embedding", "teacher_doc")):
+        if feature in batch:  # only a loss built by embedding_distillation.matched takes them
+            per_pair[arg] = batch[feature]
 
     def loss(params, q, d, n):
         tau = model.apply({"params": params}, method=model.temperature)
@@ -263,13 +266,13 @@ def train(
         )
     inputs = TrainInputs(
         task, data.split, batch_size, spec, seed, data.data_shards, data.shuffle_block_size, data.id_masking,
-        data.task_batches,
+        data.task_batches, data.teacher_embeddings,
     )  # fmt: skip
     packing = Packing()
     return fit(
         model_dir,
         model,
-        training_loss(loss_fn, distill_fn, spec, terms),
+        training_loss(loss_fn, distill_fn, spec, terms, data.teacher_embeddings),
         mesh,
         rules,
         schedule=schedule,
@@ -283,11 +286,13 @@ def train(
     )
 
 
-def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings):
+def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings, teacher_embeddings=None):
     """The step's loss from gin's objective.*: `loss_fn` (at each of objective.quantized_precisions;
     over the nested dimensions of objective.matryoshka_dims), with the distillation term when
     objective.distillation_weight > 0, plus objective.spread_out_weight × the spread-out term of
-    the full embeddings (whatever the other terms' weights); settings that would be ignored are refused."""
+    the full embeddings (whatever the other terms' weights), plus objective.embedding_distillation_weight ×
+    the match to the teacher's embeddings (`teacher_embeddings`: inputs.teacher_embeddings); settings that
+    would be ignored are refused."""
     if terms.quantized_precisions:
         loss_fn = quantization_aware.aware(loss_fn, terms.quantized_precisions, terms.quantized_weights)
     elif terms.quantized_weights:
@@ -305,14 +310,31 @@ def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings
             "inputs.teacher_guide removes negatives from the contrastive loss, which objective.contrastive_weight = 0 "
             "turns off: drop the guide or give the contrastive loss a weight"
         )
-    objective = distillation.objective(
-        loss_fn,
-        distill_fn,
-        spec.teacher_scores,
-        spec.num_negatives,
-        terms.contrastive_weight,
-        terms.distillation_weight,
-    )
+    if terms.embedding_distillation_weight and not terms.contrastive_weight and not terms.distillation_weight:
+        objective = None  # the teacher's embeddings alone: label-free adaptation
+    else:
+        objective = distillation.objective(
+            loss_fn,
+            distill_fn,
+            spec.teacher_scores,
+            spec.num_negatives,
+            terms.contrastive_weight,
+            terms.distillation_weight,
+        )
+    if terms.embedding_distillation_weight:
+        if teacher_embeddings is None:
+            raise BadValueError(
+                "objective.embedding_distillation_weight > 0 needs inputs.teacher_embeddings: the teacher's "
+                "`samtone encode --side=both` folder of the task"
+            )
+        objective = embedding_distillation.matched(
+            objective, terms.embedding_distillation_weight, terms.embedding_distillation_mode
+        )
+    elif teacher_embeddings is not None:
+        raise BadValueError(
+            "inputs.teacher_embeddings is set but objective.embedding_distillation_weight is 0: give the term a "
+            "weight (> 0) or drop the teacher's folder"
+        )
     return spread_out.regularized(objective, terms.spread_out_weight) if terms.spread_out_weight != 0 else objective
 
 
@@ -341,6 +363,11 @@ def fit(
     # every task's data as the run reads it (a mixture's every member; the eval split too),
     # INIT_CHECKPOINT, and the retrieval eval's collection (read and tokenised once, here).
     vocab_lib.check_fits(inputs.spec.vocabulary, families.of(model.config), model.config.vocab_size, "train.vocabulary")
+    if evaluation.split and inputs.teacher_embeddings is not None:
+        raise BadValueError(
+            "train_eval.split (the in-batch eval's loss) with inputs.teacher_embeddings would need the teacher's "
+            "embeddings of that split too: evaluate with train_eval.retrieval_task or guard.tasks instead"
+        )
     inputs.check_data(also_splits=(evaluation.split,) if evaluation.split else ())
     start_checks.init_checkpoint_fits(init_checkpoint, model, model_dir)
     start_checks.ema_matches(ema_decay, model_dir)

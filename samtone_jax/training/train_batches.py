@@ -20,8 +20,10 @@ from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.input_spec import InputSpec
 from samtone_jax.models import partitioning
 from samtone_jax.tasks.task_batches import TaskBatches, mixture_batches
+from samtone_jax.training import teacher_embeddings
 
 ID_FEATURES = ("query_id", "doc_id", "negative_ids", "guide_ids")
+TEACHER_EMBEDDINGS = tuple(teacher_embeddings.NAMES.values())
 
 
 def fold_ids(ids: np.ndarray) -> np.ndarray:
@@ -33,7 +35,8 @@ def fold_ids(ids: np.ndarray) -> np.ndarray:
 def model_features(batch: dict[str, np.ndarray], id_masking: bool = True) -> dict[str, np.ndarray]:
     """The arrays the step consumes (tokens and folded ids; bookkeeping features dropped). Without
     id_masking the ids are dropped too: the loss then treats only the diagonal as positive."""
-    keep = ("query_tokens", "doc_tokens", "negative_tokens", "teacher_scores", *(ID_FEATURES if id_masking else ()))
+    keep = ("query_tokens", "doc_tokens", "negative_tokens", "teacher_scores", *TEACHER_EMBEDDINGS)
+    keep += ID_FEATURES if id_masking else ()
     return {k: (fold_ids(v) if k in ID_FEATURES else v) for k, v in batch.items() if k in keep}
 
 
@@ -41,8 +44,9 @@ def model_features(batch: dict[str, np.ndarray], id_masking: bool = True) -> dic
 class TrainInputs:
     """What a run reads (gin `train.*` and `inputs.*`): `task` / `split`, the *global* `batch_size`, the data order
     (`seed`, `data_shards`, `shuffle_block_size`: data/pipeline.py), what every example carries
-    (`spec`), whether ids mask duplicates (`id_masking`), and a mixture's one-task batches
-    (`task_batches`)."""
+    (`spec`), whether ids mask duplicates (`id_masking`), a mixture's one-task batches
+    (`task_batches`), and the teacher's embeddings of its texts (`teacher_embeddings`: folders,
+    training/teacher_embeddings.py)."""
 
     task: str
     split: str
@@ -53,6 +57,7 @@ class TrainInputs:
     shuffle_block_size: int = 1
     id_masking: bool = True
     task_batches: TaskBatches | None = None
+    teacher_embeddings: str | tuple[str, ...] | None = None
 
     def __post_init__(self):
         guide = self.spec.guide
@@ -78,13 +83,9 @@ class TrainInputs:
                 f"of the {hosts} host(s)"
             )
 
-    def check_data(self, also_splits: tuple[str, ...] = ()) -> None:
-        """Read every task the run draws from, as the run will (a mixture: each member now, not when
-        it is first drawn, which may be hours in), before MODEL_DIR is written: a missing file, a task
-        with no query that has inputs.num_negatives hard negatives, or a batch larger than its task's
-        examples fails at start-up, naming the task. `also_splits` (the in-batch eval's
-        train_eval.split) are read the same way."""
-        from samtone_jax.tasks import catalogue, registration
+    def task_names(self) -> list[str]:
+        """The tasks the run draws from: the task, or a mixture's members."""
+        from samtone_jax.tasks import catalogue
 
         mixtures = catalogue.mixtures()
         names = list(mixtures[self.task]) if self.task in mixtures else [self.task]
@@ -93,7 +94,27 @@ class TrainInputs:
 
             if self.task in seqio.MixtureRegistry.names():
                 names = [t.name for t in seqio.get_mixture_or_task(self.task).tasks]
+        return names
+
+    def teacher(self) -> teacher_embeddings.TeacherEmbeddings | None:
+        """The teacher's embeddings of the training texts (read once a process), or None."""
+        if self.teacher_embeddings is None:
+            return None
+        folders = self.teacher_embeddings
+        folders = folders if isinstance(folders, str) else tuple(folders)
+        return teacher_embeddings.load(folders, tuple(self.task_names()), self.split)
+
+    def check_data(self, also_splits: tuple[str, ...] = ()) -> None:
+        """Read every task the run draws from, as the run will (a mixture: each member now, not when
+        it is first drawn, which may be hours in), before MODEL_DIR is written: a missing file, a task
+        with no query that has inputs.num_negatives hard negatives, or a batch larger than its task's
+        examples fails at start-up, naming the task. `also_splits` (the in-batch eval's
+        train_eval.split) are read the same way."""
+        from samtone_jax.tasks import registration
+
+        names = self.task_names()
         sizes = {name: len(registration.examples(name, self.split, self.spec)["query_id"]) for name in names}
+        self.teacher()  # read and checked against the tasks' texts now
         for split in also_splits:
             for name in names:
                 if not len(registration.examples(name, split, self.spec)["query_id"]):
@@ -186,12 +207,16 @@ def batch_source(inputs: TrainInputs, mesh, packing: Packing | None, grad_cache_
     """batches(start): the global batches of steps start, start + 1, ... (each a dict of global
     arrays; a task-homogeneous batch also names its task under 'task')."""
     dataset = inputs.dataset()
+    teacher = inputs.teacher()
+
+    def step_features(batch):
+        return model_features(batch if teacher is None else teacher.attach(batch), inputs.id_masking)
 
     def features(start: int):
         """(task name or None, model features) of the steps start, start + 1, ... on this host."""
         if inputs.task_batches is None:
             for batch in dataset(inputs.task, inputs.split, start_batch=start).as_numpy_iterator():
-                yield None, model_features(batch, inputs.id_masking)
+                yield None, step_features(batch)
             return
         source = mixture_batches(
             inputs.task,
@@ -204,7 +229,7 @@ def batch_source(inputs: TrainInputs, mesh, packing: Packing | None, grad_cache_
             mesh.shape["data"],
         )
         for name, batch in source:
-            yield name, model_features(batch, inputs.id_masking)
+            yield name, step_features(batch)
 
     def batches(start: int):
         stream = features(start)

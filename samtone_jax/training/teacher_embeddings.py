@@ -1,0 +1,106 @@
+"""A teacher's embeddings of every training text, attached to each batch for embedding-level
+distillation (objectives/embedding_distillation.py).
+
+The teacher is run once, before training, by the mode every model already has:
+
+  samtone encode --checkpoint=TEACHER --task=TASK --split=train --side=both --out=FOLDER
+
+(FOLDER/queries and FOLDER/documents, each a resumable embedding store keyed by the collection's
+ids). `inputs.teacher_embeddings = FOLDER` (or several folders: a mixture's tasks, one each) makes
+the run read them back: each side's rows are keyed by the text id the batch carries
+(data/collection.text_id), so a batch's `teacher_query_embedding` / `teacher_doc_embedding` [B, D_t]
+are looked up on the host, next to its tokens, and the teacher never runs during training (nor needs
+the student's tokenizer or width).
+
+A folder encoded from other texts than the task's split has now (an edited file, another split) is
+refused by the store's own fingerprint of its (id, text) rows, never silently used stale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from samtone_jax.core import paths
+from samtone_jax.core.errors import BadValueError
+from samtone_jax.data.collection import text_id
+
+NAMES = {"query_id": "teacher_query_embedding", "doc_id": "teacher_doc_embedding"}
+SIDES = (("queries", "query_id"), ("documents", "doc_id"))
+
+
+@dataclasses.dataclass(frozen=True)
+class TeacherEmbeddings:
+    """Each side's sorted text ids [N] int64 and their embeddings [N, D_t] float32."""
+
+    ids: dict[str, np.ndarray]
+    embeddings: dict[str, np.ndarray]
+    where: str
+
+    @property
+    def width(self) -> int:
+        return int(self.embeddings["query_id"].shape[1])
+
+    def attach(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The batch with teacher_query_embedding / teacher_doc_embedding [B, D_t], looked up by its
+        int64 query_id / doc_id (before the ids are folded)."""
+        out = dict(batch)
+        for id_name, name in NAMES.items():
+            ids, table = self.ids[id_name], self.embeddings[id_name]
+            wanted = np.asarray(batch[id_name], np.int64)
+            rows = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+            missing = ids[rows] != wanted
+            if missing.any():
+                raise BadValueError(
+                    f"inputs.teacher_embeddings ({self.where}) has no {id_name.split('_')[0]} embedding for "
+                    f"{int(missing.sum())} of this batch's texts: encode every task and split the run reads with the "
+                    "teacher (samtone encode --side=both)"
+                )
+            out[name] = table[rows]
+        return out
+
+
+@functools.lru_cache(maxsize=4)
+def load(folders: str | tuple[str, ...], tasks: tuple[str, ...], split: str) -> TeacherEmbeddings:
+    """The teacher embeddings of `tasks`' `split` from `folders` (one `samtone encode --side=both`
+    folder a task, in the same order; one folder serves a single task). Read once a process."""
+    from samtone_jax.evaluation import embedding_store
+    from samtone_jax.tasks import catalogue
+
+    folders = (folders,) if isinstance(folders, str) else tuple(folders)
+    if len(folders) != len(tasks):
+        raise BadValueError(
+            f"inputs.teacher_embeddings names {len(folders)} folder(s) for the {len(tasks)} task(s) the run reads "
+            f"({', '.join(tasks)}): give one `samtone encode --side=both` folder a task, in that order"
+        )
+    ids = {side: [] for _, side in SIDES}
+    rows = {side: [] for _, side in SIDES}
+    for folder, task in zip(folders, tasks, strict=True):
+        collection = catalogue.collection(task, split)
+        for sub, side in SIDES:
+            texts = collection.queries if side == "query_id" else collection.corpus
+            store = paths.join(folder, sub)
+            manifest = embedding_store.read_manifest(store)
+            order = sorted(texts)
+            if manifest.get("texts_sha1") != embedding_store.texts_sha1(order, [texts[i] for i in order]):
+                raise BadValueError(
+                    f"inputs.teacher_embeddings: {store} was encoded from other texts than task {task}/{split}'s "
+                    f"{sub} now (another split, or the data changed): encode again with samtone encode "
+                    f"--task={task} --split={split} --side=both --out=<a new folder>"
+                )
+            keys, vectors = embedding_store.load_shards(store)
+            if vectors.dtype != np.float32:
+                raise BadValueError(f"inputs.teacher_embeddings: {store} is {vectors.dtype}; encode it as float32")
+            ids[side].append(np.array([text_id(texts[k]) for k in keys], np.int64))
+            rows[side].append(vectors)
+    out_ids, out_rows = {}, {}
+    for side in ids:
+        every, vectors = np.concatenate(ids[side]), np.concatenate(rows[side])
+        every, first = np.unique(every, return_index=True)  # a text twice (equal up to case): its first row
+        out_ids[side], out_rows[side] = every, np.ascontiguousarray(vectors[first])
+    widths = {v.shape[1] for v in out_rows.values()}
+    if len(widths) != 1:
+        raise BadValueError(f"inputs.teacher_embeddings: the folders hold embeddings of widths {sorted(widths)}")
+    return TeacherEmbeddings(out_ids, out_rows, ", ".join(folders))
