@@ -208,9 +208,9 @@ TINY_BERT = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attenti
 TINY_BERT |= dict(max_position_embeddings=40, type_vocab_size=2, layer_norm_eps=1e-12)
 
 
-def tiny_wordpiece_bert(folder, texts):
-    """A WordPiece tokenizer.json trained on `texts` and a random tiny BertModel of its vocabulary,
-    saved together as a Hugging Face folder."""
+def tiny_wordpiece_bert(folder, texts, hidden_size: int = TINY_BERT["hidden_size"]):
+    """A WordPiece tokenizer.json trained on `texts` and a random tiny BertModel of its vocabulary
+    (of width `hidden_size`), saved together as a Hugging Face folder."""
     import torch
     import transformers
     from tokenizers import BertWordPieceTokenizer
@@ -224,6 +224,7 @@ def tiny_wordpiece_bert(folder, texts):
     tokenizer.save(str(folder / "tokenizer.json"))
     torch.manual_seed(0)
     config = {**TINY_BERT, "vocab_size": tokenizer.get_vocab_size(), "max_position_embeddings": 64}
+    config["hidden_size"] = hidden_size
     transformers.BertModel(transformers.BertConfig(**config)).save_pretrained(folder)
     return folder
 

@@ -74,14 +74,24 @@ def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet
     # Mined, filtered hard negatives: the base ranks each training query's corpus; those above
     # (1 - margin) x the positive's score are dropped, one kept a query, and the run trains on them.
     # (A tiny random tower scores most documents near the positive: margin 0 and a batch of 4 here.)
+    # With a teacher (here a second tiny BERT of another width): its embeddings of the training texts,
+    # computed once, matched by the run.
     argv[argv.index(f"--out={out}")] = f"--out={tmp_path / 'hard'}"
     argv[argv.index("--gin.BATCH_SIZE=8")] = "--gin.BATCH_SIZE=4"
-    assert cli.main([*argv, "--hard_negatives=1", "--negative_margin=0", "--guard", "none"]) == 0
+    teacher = tiny_wordpiece_bert(tmp_path / "teacher", source.texts(), hidden_size=48)
+    extra = ["--hard_negatives=1", "--negative_margin=0", "--guard", "none", f"--teacher={teacher}"]
+    assert cli.main([*argv, *extra, "--teacher_weight=0.5"]) == 0
     mined = tmp_path / "hard" / "negatives_k1_m0.tsv"
     counts = json.loads(mined.with_name(mined.name + ".json").read_text())
     assert counts["with_enough_negatives"] > 0 and mined.read_text().count("\n") == counts["with_enough_negatives"]
     config = gin_config.read_bindings((tmp_path / "hard" / "run" / "config.gin").read_text())
     assert config["inputs.num_negatives"] == 1 and config["hard_negatives_file.path"] == str(mined)
+    assert config["inputs.teacher_embeddings"] == str(tmp_path / "hard" / "teacher_embeddings")
+    assert config["objective.embedding_distillation_weight"] == 0.5
+    taught = json.loads((tmp_path / "hard" / "teacher_embeddings" / "documents" / "manifest.json").read_text())
+    assert taught["fingerprint"]["source"] == str(tmp_path / "hard" / "teacher")  # the teacher's, imported
+    assert cli.main([*argv, *extra, "--teacher_weight=0.25"]) == 2  # another weight: another recipe
+    assert "teacher_weight: 0.5 then, 0.25 now" in capsys.readouterr().err
     # WiSE-FT: a dev split held out of training, the run mixed with its base at the α picked on it
     # (the best dev score: no guard constraint at min_retention 0), that mix evaluated and exported.
     wise = tmp_path / "wise"
@@ -129,3 +139,7 @@ def test_finetune_refuses_what_it_cannot_measure_before_training(tmp_path, wordn
     assert cli.main([*two, "--test_fraction=0.3", "--dev_fraction=0.3", "--gin.DualEncoder.lora_rank=4"]) == 2
     assert "a LoRA fine-tune (DualEncoder.lora_rank) scales its adapters instead" in capsys.readouterr().err
     assert not out.exists()
+    argv[argv.index(f"--out={tmp_path / 'ft'}")] = f"--out={tmp_path / 't'}"
+    assert cli.main([*argv, "--teacher=all-mpnet-base-v2", "--teacher_weight=0"]) == 2
+    assert "--teacher_weight=0.0: must be > 0" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()

@@ -6,6 +6,10 @@ command. Each step is resumable and skipped when its output is there:
   2. mine      with --hard_negatives K: each training query's K hardest documents by the base model,
                those scoring above (1 − --negative_margin) × its positive dropped as likely false
                negatives (Arctic-Embed's relative margin), into OUT/negatives_k<K>_m<margin>.tsv
+     teacher   with --teacher: a bigger model (all-mpnet-base-v2, any folder --base takes) imported into
+               OUT/teacher and run once over the training texts (samtone encode) into
+               OUT/teacher_embeddings: the run matches the in-batch similarities of its embeddings to
+               the teacher's (embedding-level distillation, --teacher_weight)
   3. train     runs/finetune_minilm.gin's recipe on your pairs (a JSONL file: 10 % of its queries held
                out by a stated rule, or any task by name) into OUT/run, guarded on the built-in tasks it
                does not train on whose data is here (or --guard): their retention is logged as it trains
@@ -73,6 +77,15 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         type=float,
         default=0.05,
         help="a mined document scoring above (1 - this) x the query's positive is dropped as a likely false negative",
+    )
+    p.add_argument(
+        "--teacher",
+        default=None,
+        help="a bigger model whose embeddings of the training texts the run matches (all-mpnet-base-v2, or any "
+        "folder --base takes); none by default",
+    )
+    p.add_argument(
+        "--teacher_weight", type=float, default=1.0, help="--teacher: the weight of the embedding-distillation term"
     )
     p.add_argument(
         "--guard",
@@ -160,9 +173,9 @@ def _split(task: str) -> str:
 def _step(argv: list[str], what: str) -> None:
     """One step, run as its mode would run `samtone <argv>`; its error is finetune's (the steps done
     are kept: a rerun goes on from this one)."""
-    from samtone_jax.cli import average, evaluate, export, import_checkpoint, mine, train
+    from samtone_jax.cli import average, encode, evaluate, export, import_checkpoint, mine, train
 
-    modes = {m.NAME: m for m in (import_checkpoint, mine, train, average, evaluate, export)}
+    modes = {m.NAME: m for m in (import_checkpoint, mine, encode, train, average, evaluate, export)}
     log.info("finetune: %s", what)
     argv, bindings = flags.split_gin_overrides(argv)
     mode = modes[argv[0]]
@@ -195,7 +208,7 @@ def run(args, bindings) -> int:
 
 def fine_tune(args, bindings) -> Outcome:
     """Every step of `samtone finetune` (args: its flags), each skipped when its output is there."""
-    from samtone_jax.checkpoints import load_model_gin, pretrained, reader
+    from samtone_jax.checkpoints import load_model_gin, reader
     from samtone_jax.cli import gin_registry
     from samtone_jax.config import gin_config
     from samtone_jax.core import paths, run_folders
@@ -219,21 +232,7 @@ def fine_tune(args, bindings) -> Outcome:
     splits = {name: _split(name) for name in [task, *guards]}  # each read, before anything runs
     _same_settings(out, args, guards, given)
     # 1. import: the base, as a samtone parameter checkpoint
-    base = args.base
-    named = pretrained.is_pretrained(base)
-    if not named and not paths.as_path(base).exists():
-        from samtone_jax.core.errors import MissingFileError
-
-        raise MissingFileError(
-            f"--base={base}: no such folder (expected {' or '.join(pretrained.MODELS)}, a sentence-transformers or "
-            "Hugging Face folder, or a samtone parameter checkpoint / export)"
-        )
-    if named or not _is_samtone(base):
-        base = str(out / "base")
-        if not (paths.as_path(base) / run_folders.COMMIT_MARKER).exists():
-            src = args.base
-            fmt = "sentence-transformers" if named or (paths.as_path(src) / "modules.json").exists() else "hf"
-            _step(["import-checkpoint", f"--format={fmt}", f"--checkpoint={src}", f"--out={base}"], "import")
+    base = _imported(args.base, str(out / "base"), "--base")
     _, base_dir, _ = reader.resolve(base)
     # 3. train (after 2., mining, below)
     run_dir = str(out / "run")
@@ -252,6 +251,13 @@ def fine_tune(args, bindings) -> Outcome:
             mine += [f"--range_max={MINING_DEPTH}"]
             _step(mine, "mining hard negatives with the base model")
         train += [f"--gin.hard_negatives_file.path='{negatives}'", f"--gin.inputs.num_negatives={args.hard_negatives}"]
+    if args.teacher:  # the teacher's embeddings of every training text, computed once
+        teacher = _imported(args.teacher, str(out / "teacher"), "--teacher")
+        embeddings = str(out / "teacher_embeddings")
+        encode = ["encode", *gin, f"--checkpoint={teacher}", f"--task={task}", "--split=train", "--side=both"]
+        _step([*encode, f"--out={embeddings}"], "the teacher's embeddings of the training texts")  # resumable
+        train += [f"--gin.inputs.teacher_embeddings='{embeddings}'"]
+        train += [f"--gin.objective.embedding_distillation_weight={args.teacher_weight}"]
     train += [f"--steps={args.steps}"] if args.steps else []
     train += [f"--learning_rate={args.learning_rate}"] if args.learning_rate else []
     if guards:
@@ -301,6 +307,27 @@ def fine_tune(args, bindings) -> Outcome:
 SETTINGS = "finetune.json"
 
 
+def _imported(source: str, folder: str, flag: str) -> str:
+    """`source` as a samtone parameter checkpoint: itself when it is one, else imported into `folder`
+    (a pretrained model by name, a sentence-transformers or Hugging Face folder), once."""
+    from samtone_jax.checkpoints import pretrained
+    from samtone_jax.core import paths, run_folders
+    from samtone_jax.core.errors import MissingFileError
+
+    named = pretrained.is_pretrained(source)
+    if not named and not paths.as_path(source).exists():
+        raise MissingFileError(
+            f"{flag}={source}: no such folder (expected {' or '.join(pretrained.MODELS)}, a sentence-transformers or "
+            "Hugging Face folder, or a samtone parameter checkpoint / export)"
+        )
+    if not named and _is_samtone(source):
+        return source
+    if not (paths.as_path(folder) / run_folders.COMMIT_MARKER).exists():
+        fmt = "sentence-transformers" if named or (paths.as_path(source) / "modules.json").exists() else "hf"
+        _step(["import-checkpoint", f"--format={fmt}", f"--checkpoint={source}", f"--out={folder}"], f"import {flag}")
+    return folder
+
+
 def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
     """Record in OUT/finetune.json what OUT's outputs are made from, or refuse a rerun that asks for
     others: a done step is skipped by its output alone, which must not be another recipe's."""
@@ -314,10 +341,14 @@ def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
         raise BadValueError(f"--negative_margin={args.negative_margin}: must be in [0, 1) (a fraction of the positive)")
     if not 0 <= args.min_retention <= 1:
         raise BadValueError(f"--min_retention={args.min_retention}: a fraction of the base's score, in [0, 1]")
+    if args.teacher is not None and not args.teacher_weight > 0:
+        raise BadValueError(f"--teacher_weight={args.teacher_weight}: must be > 0 (the teacher's term's weight)")
     keys = ("data", "base", "steps", "learning_rate", "test_fraction", "hard_negatives")
     now = {k: getattr(args, k) for k in keys} | {
         "negative_margin": args.negative_margin if args.hard_negatives else None
     }
+    if args.teacher:  # absent otherwise: an earlier release's finetune.json still matches
+        now |= {"teacher": args.teacher, "teacher_weight": args.teacher_weight}
     if args.wise_ft:  # absent otherwise: an earlier release's finetune.json still matches; what α is picked on
         now |= {"wise_ft": True, "min_retention": args.min_retention, "grid": WISE_FT_GRID}
         now |= {k: getattr(args, k) for k in ("max_queries", "guard_queries", "guard_candidates")}
