@@ -25,7 +25,7 @@ import os
 import sys
 
 from common import existing_eval, experiment_parser, parse_into_folder, samtone, summarize
-from pretrained_peer import WARMUP, WEIGHT_DECAY, import_base
+from pretrained_peer import import_base, train_ours
 
 TASK, TEXTS = "multireqa_squad_dev", "squad_sentences"
 DISTILLED = ["--gin.objective.embedding_distillation_weight=1.0"]  # with inputs.teacher_embeddings
@@ -89,32 +89,9 @@ def main():
             model_dir = f"{out}/{name}"
             if existing_eval(model_dir) is None:
                 print(f"{name}:", flush=True)
-                samtone(
-                    "train",
-                    f"--gin_file={student}/model.gin",
-                    "--gin_file=losses/in_batch.gin",
-                    f"--gin.TEMPERATURE={args.temperature}",
-                    declared,
-                    f"--gin.train.model_dir='{model_dir}'",
-                    f"--gin.train.init_checkpoint='{student}'",
-                    f"--gin.train.task='{TEXTS}'",
-                    f"--gin.train.seed={seed}",
-                    f"--gin.train.train_steps={args.steps}",
-                    f"--gin.train.batch_size={args.batch}",
-                    f"--gin.train.query_length={LENGTH}",
-                    f"--gin.train.doc_length={LENGTH}",
-                    f"--gin.train.vocabulary='{student}/tokenizer.json'",
-                    "--gin.packing.enabled=True",
-                    "--gin.optimizer.kind='adamw'",
-                    f"--gin.adamw.learning_rate={args.learning_rate}",
-                    f"--gin.adamw.warmup_steps={int(WARMUP * args.steps)}",
-                    f"--gin.adamw.weight_decay={WEIGHT_DECAY}",
-                    "--gin.schedule.log_every=50",
-                    f"--gin.schedule.checkpoint_every={args.steps}",
-                    *ARMS[arm],
-                    *([f"--gin.inputs.teacher_embeddings='{teacher_dir}'"] if DISTILLED[0] in ARMS[arm] else []),
-                    log=f"{out}/{name}_train.log",
-                )
+                teacher_flag = [f"--gin.inputs.teacher_embeddings='{teacher_dir}'"] if DISTILLED[0] in ARMS[arm] else []
+                extra = [declared, *ARMS[arm], *teacher_flag]
+                train_ours(out, name, student, args, seed, "losses/in_batch.gin", extra, TEXTS, (LENGTH, LENGTH))
             evals["minilm", arm, seed] = evaluate(model_dir, name)
     summary = summarize(out, evals, ["minilm"], ["zero_shot", *args.arms], args.seeds, ("P@1", "RR"))
     with open(f"{out}/summary.json", "w") as f:

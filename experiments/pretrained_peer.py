@@ -134,9 +134,11 @@ def import_base(out: str, base: str) -> str:
     return init
 
 
-def train_ours(out, name, init, args, seed, loss_gin, extra=()):
-    """`samtone train` of arm `name` from the import at `init` on args.task, the shared budget."""
-    query_length, doc_length, _, _ = TASKS[args.task]
+def train_ours(out, name, init, args, seed, loss_gin, extra=(), task=None, lengths=None):
+    """`samtone train` of arm `name` from the import at `init` on `task` (default args.task, at its
+    TASKS lengths unless `lengths` (query, document) are given), the shared budget."""
+    task = task or args.task
+    query_length, doc_length = lengths or TASKS[task][:2]
     samtone(
         "train",
         f"--gin_file={init}/model.gin",
@@ -144,7 +146,7 @@ def train_ours(out, name, init, args, seed, loss_gin, extra=()):
         f"--gin.TEMPERATURE={args.temperature}",
         f"--gin.train.model_dir='{out}/{name}'",
         f"--gin.train.init_checkpoint='{init}'",
-        f"--gin.train.task='{args.task}'",
+        f"--gin.train.task='{task}'",
         f"--gin.train.seed={seed}",
         f"--gin.train.train_steps={args.steps}",
         f"--gin.train.batch_size={args.batch}",
