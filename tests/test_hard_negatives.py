@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import toy_collection
 
+from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.false_negatives import FalseNegativeFilter
 from samtone_jax.hard_negatives import mining
 
@@ -90,8 +91,23 @@ def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
         assert with_negatives.stats["negatives_rows_of_other_queries"] == 1  # counted like unknown documents
         columns = registration.examples("wordnet_definitions", "all", InputSpec(num_negatives=2))
         assert len(columns["negatives"]) == sum(1 for q, _ in with_negatives.pairs() if q == qid)
+        # inputs.negatives_fallback: every pair kept; a query with fewer than K negatives gets its own
+        # positive (text and id) in the missing slots, which the loss removes (test_losses.py).
+        padded = registration.examples(
+            "wordnet_definitions", "all", InputSpec(num_negatives=3, negatives_fallback=True)
+        )
+        pairs = with_negatives.pairs()
+        assert len(padded["negatives"]) == len(pairs)
+        for i, (q, d) in enumerate(pairs):
+            own = [with_negatives.corpus[n] for n in with_negatives.hard_negatives.get(q, [])]
+            want = own + [with_negatives.corpus[d]] * (3 - len(own))
+            assert padded["negatives"][i].tolist() == want
+            assert (padded["negative_ids"][i][len(own) :] == padded["doc_id"][i]).all()
+        assert with_negatives.stats["pairs_with_negatives_padded_by_their_positive"] == len(pairs)
     finally:
         gin_registry.parse([], [])
+    with pytest.raises(BadValueError, match="negatives_fallback .* needs inputs.num_negatives > 0"):
+        InputSpec(negatives_fallback=True)
 
 
 def test_dense_mining_command_excludes_positives(trained_run, wordnet_env, tmp_path, capsys):

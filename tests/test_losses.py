@@ -39,11 +39,12 @@ def reference_loss(q, d, n, qid, did, nid, *, tau, mode, same_tower, bidirection
     def same(i, a, cols):  # same-tower terms of row i, scaled by w
         return [s(a, cols[j]) + np.log(w) for j in range(B) if j != i and not same_example(i, j)]
 
-    def hard(i):
+    def hard(i):  # a negative that is its own pair's document (padding) is no negative of any row
         return [
             s(q[i], x)
             for m, x in enumerate(flat_n)
-            if flat_nid is None or (flat_nid[m] != did[i] and flat_nid[m] not in guide[i])
+            if flat_nid is None
+            or (flat_nid[m] != did[i] and flat_nid[m] != did[m // n.shape[1]] and flat_nid[m] not in guide[i])
         ]
 
     pos = np.array([s(q[i], d[i]) for i in range(B)])
@@ -89,7 +90,8 @@ def _batch(seed=0, B=6, D=8, K=2, with_ids=False):
     q, d, n = _unit(rng, B, D), _unit(rng, B, D), _unit(rng, B, K, D)
     if with_ids:
         # Duplicates: pairs 0 and 3 share a document, pairs 1 and 4 share a query; one hard
-        # negative of pair 2 is pair 5's positive document; pair 0's first negative is its own positive.
+        # negative of pair 2 is pair 5's positive document; pair 0's first negative is its own positive
+        # (and pair 3's, which shares it): no negative of any row.
         qid = np.array([10, 11, 12, 13, 11, 15])
         did = np.array([20, 21, 22, 20, 24, 25])
         nid = np.arange(100, 100 + B * K).reshape(B, K)
@@ -147,6 +149,21 @@ def test_matches_float64_reference(setting, negatives, with_ids):
     np.testing.assert_allclose(gd, numeric_grad(lambda x: ref(q, x), d), rtol=1e-5, atol=1e-5 * scale)
 
 
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: "-".join(str(v) for v in s.values()))
+def test_negatives_padded_with_their_own_positive_are_no_negatives(setting):
+    """inputs.negatives_fallback's padding: a query's missing hard negatives are copies of its positive
+    with its id. Every slot padded: the loss and gradient of the batch without hard negatives (the mixed
+    case, some rows padded: test_matches_float64_reference's pair 0)."""
+    q, d, n, qid, did, nid = _batch(with_ids=True)
+    k = n.shape[1]
+    padded_n, padded_ids = np.repeat(d[:, None], k, axis=1), np.repeat(did[:, None], k, axis=1)
+    value, grads = _ours(q, d, padded_n, qid, did, padded_ids, **setting)
+    plain, plain_grads = _ours(q, d, None, qid, did, None, **setting)
+    np.testing.assert_allclose(value, plain, rtol=1e-6)
+    for a, b in zip(grads, plain_grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
 GUIDED = [
     dict(mode="samtone", same_tower="both", bidirectional=True),
     dict(mode="samtone", same_tower="query", bidirectional=False),
@@ -188,10 +205,10 @@ def test_guided_fraction_counts_what_the_guide_alone_removes():
     _, m = contrastive_loss(jnp.asarray(q), jnp.asarray(d), negative_ids=jnp.asarray(nid), guide_ids=guide, **args)
     _, plain = contrastive_loss(jnp.asarray(q), jnp.asarray(d), negative_ids=jnp.asarray(nid), **args)
     # Removed by the guide alone, of 6·5 in-batch + 6·12 hard candidates: (1, 2), (2, 1), (5, 0), (0, 5),
-    # (5, 3) and (3, 5) (pair 3 shares pair 0's document); for row 1 the hard negative nid[1, 0], and
-    # for row 5 the hard negative nid[0, 0], which is document 20.
-    np.testing.assert_allclose(float(m["guided_fraction"]), 8 / (30 + 72), rtol=1e-6)
-    np.testing.assert_allclose(float(m["masked_fraction"]) - float(plain["masked_fraction"]), 8 / 102, rtol=1e-5)
+    # (5, 3) and (3, 5) (pair 3 shares pair 0's document); for row 1 the hard negative nid[1, 0]. (Row 5
+    # also flags nid[0, 0], document 20, but that is pair 0's own positive: no row's negative already.)
+    np.testing.assert_allclose(float(m["guided_fraction"]), 7 / (30 + 72), rtol=1e-6)
+    np.testing.assert_allclose(float(m["masked_fraction"]) - float(plain["masked_fraction"]), 7 / 102, rtol=1e-5)
     assert "guided_fraction" not in plain
 
 

@@ -251,6 +251,7 @@ def fine_tune(args, bindings) -> Outcome:
             mine += [f"--range_max={MINING_DEPTH}"]
             _step(mine, "mining hard negatives with the base model")
         train += [f"--gin.hard_negatives_file.path='{negatives}'", f"--gin.inputs.num_negatives={args.hard_negatives}"]
+        train += ["--gin.inputs.negatives_fallback=True"]  # a query with none left by the margin: in-batch only
     if args.teacher:  # the teacher's embeddings of every training text, computed once
         teacher = _imported(args.teacher, str(out / "teacher"), "--teacher")
         embeddings = str(out / "teacher_embeddings")

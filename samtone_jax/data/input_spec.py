@@ -18,7 +18,9 @@ class InputSpec:
     (hard_negatives_file.path): `teacher_scores` adds teacher_scores [1 + K] (the pair's positive,
     then its K negatives); `guide` (a FalseNegativeFilter) adds guide_ids [guide.max_ids], the text
     ids of the query's scored documents it flags, highest score first, padded with the pair's own
-    doc_id."""
+    doc_id. `negatives_fallback`: a query with fewer than K hard negatives is kept, its missing ones
+    padded with its own positive (which the loss removes from every row: in-batch negatives only for
+    it), instead of dropped."""
 
     vocabulary: str | None = None
     query_length: int = 64
@@ -26,6 +28,7 @@ class InputSpec:
     num_negatives: int = 0
     teacher_scores: bool = False
     guide: FalseNegativeFilter | None = None
+    negatives_fallback: bool = False
 
     def __post_init__(self):
         if self.query_length < 2 or self.doc_length < 2:
@@ -35,6 +38,12 @@ class InputSpec:
             )
         if self.num_negatives < 0:
             raise BadValueError(f"inputs.num_negatives = {self.num_negatives}: must be ≥ 0")
+        if self.negatives_fallback and (not self.num_negatives or self.teacher_scores):
+            raise BadValueError(
+                "inputs.negatives_fallback pads the hard negatives of a query that has fewer than "
+                "inputs.num_negatives: it needs inputs.num_negatives > 0, and no inputs.teacher_scores (a padded "
+                "slot has no teacher score of a negative)"
+            )
 
     @property
     def guide_ids(self) -> int:
@@ -48,4 +57,4 @@ class InputSpec:
     @property
     def columns(self) -> tuple:
         """What decides a task's example columns (not the vocabulary or the lengths): a cache key."""
-        return self.num_negatives, self.teacher_scores, self.guide
+        return self.num_negatives, self.teacher_scores, self.guide, self.negatives_fallback

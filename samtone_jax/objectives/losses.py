@@ -29,7 +29,9 @@ t5x_retrieval sums the two directions; we average them (so the loss scale does n
 
 Masking (ids): pairs i and j are the *same example* when they share a query id or a document id.
 Every entry (i, j ≠ i) between same examples is removed from every negative term, cross-tower
-and same-tower alike; a hard negative whose id equals the row's document id is removed too.
+and same-tower alike; a hard negative whose id equals the row's document id is removed too, and one
+whose id equals its own pair's document id is removed from every row (the padding of a query with
+fewer hard negatives than K: it stands for no negative).
 Without ids, an example's id is its position in the global batch: only the diagonal is special.
 Ids are compared for equality only; with JAX's default 32-bit mode they are int32.
 
@@ -212,7 +214,9 @@ def _example_masks(rows, columns, query_ids, doc_ids, guide_ids, axis_name):
 
 def _hard_negatives(q, negatives, doc_ids, negative_ids, guide_ids, temperature, axis_name):
     """(S(q_i, n) [b, B·K], keep | None, guided | None): every gathered hard negative is a column of
-    every row; removed where its id is the row's document id or among the row's guide ids."""
+    every row; removed where its id is the row's document id or among the row's guide ids, and from
+    every row when it is its own pair's document (a query with fewer than K negatives padded with its
+    positive: inputs.negatives_fallback; that text is an in-batch column already)."""
     if negatives is None:
         return None, None, None
     b, k, dim = negatives.shape
@@ -220,7 +224,8 @@ def _hard_negatives(q, negatives, doc_ids, negative_ids, guide_ids, temperature,
     if negative_ids is None:
         return s_qn, None, None
     nid_cols = _gather(negative_ids.reshape(b * k), axis_name)
-    keep = nid_cols[None, :] != doc_ids[:, None]
+    owners = _gather(jnp.repeat(doc_ids, k), axis_name)  # each column's own pair's document id
+    keep = (nid_cols[None, :] != doc_ids[:, None]) & (nid_cols != owners)[None, :]
     if guide_ids is None:
         return s_qn, keep, None
     guided = jnp.any(guide_ids[:, None, :] == nid_cols[None, :, None], axis=-1) & keep

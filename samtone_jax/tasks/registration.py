@@ -33,7 +33,16 @@ def examples(
     negatives_file, prompt = catalogue.hard_negatives_file(), prompts.prompt_of(name)
     root = catalogue.root_of(name)
     return _examples(
-        name, split, spec.num_negatives, skip, root, negatives_file, spec.teacher_scores, spec.guide, prompt
+        name,
+        split,
+        spec.num_negatives,
+        skip,
+        root,
+        negatives_file,
+        spec.teacher_scores,
+        spec.guide,
+        prompt,
+        spec.negatives_fallback,
     )
 
 
@@ -48,23 +57,29 @@ def _examples(
     teacher_scores: bool,
     guide: FalseNegativeFilter | None,
     prompt: tuple[str, str] = ("", ""),
+    negatives_fallback: bool = False,
 ) -> dict[str, np.ndarray]:
     """Column arrays of the task's training examples: one row per relevant (query, document) pair.
 
     With num_negatives = K, only queries with ≥ K hard negatives are kept (the count of those
-    dropped is logged), and each row carries its first K negatives. `prompt` (query, document):
+    dropped is logged), and each row carries its first K negatives; with `negatives_fallback` every
+    query is kept, its missing negatives padded with its own positive (counted), which the loss
+    removes (objectives/losses.py: in-batch negatives only for it). `prompt` (query, document):
     put before every text (tasks.prompts); the ids stay those of the texts themselves.
     """
     collection = catalogue.collection(name, split, skip_bad_records)
     pairs = collection.pairs()
     if num_negatives:
         short = sum(len(collection.hard_negatives.get(q, [])) < num_negatives for q, _ in pairs)
-        if short == len(pairs):
+        if short and negatives_fallback:
+            collection.stats["pairs_with_negatives_padded_by_their_positive"] += short
+            collection.stats.report(f"{name}/{split}")
+        elif short == len(pairs):
             raise BadValueError(f"task {name}/{split}: no query has {num_negatives} hard negatives (NUM_NEGATIVES)")
-        if short:
+        elif short:
             collection.stats["pairs_without_enough_negatives"] += short
             collection.stats.report(f"{name}/{split}")
-        pairs = [(q, d) for q, d in pairs if len(collection.hard_negatives.get(q, [])) >= num_negatives]
+            pairs = [(q, d) for q, d in pairs if len(collection.hard_negatives.get(q, [])) >= num_negatives]
     queries = [collection.queries[q] for q, _ in pairs]
     documents = [collection.corpus[d] for _, d in pairs]
     query_prompt, doc_prompt = prompt
@@ -75,7 +90,13 @@ def _examples(
         "doc_id": np.array([text_id(t) for t in documents], np.int64),
     }
     if num_negatives:
-        negatives = [[collection.corpus[n] for n in collection.hard_negatives[q][:num_negatives]] for q, _ in pairs]
+        negatives = [
+            [collection.corpus[n] for n in collection.hard_negatives.get(q, [])[:num_negatives]] for q, _ in pairs
+        ]
+        negatives = [
+            row + [collection.corpus[d]] * (num_negatives - len(row))
+            for row, (_, d) in zip(negatives, pairs, strict=True)
+        ]
         prompted = [[doc_prompt + t for t in row] for row in negatives]
         columns["negatives"] = np.array(prompted, dtype=object).reshape(len(pairs), num_negatives)
         columns["negative_ids"] = np.array([[text_id(t) for t in row] for row in negatives], np.int64)

@@ -253,7 +253,16 @@ def install_stop_flag():
 # What fixes a run's data position (the data resumes by batch index): changed on resume, examples
 # would be skipped or repeated, so these are refused; anything else (a learning rate, eval settings)
 # may change and is recorded (config_history/).
-DATA_POSITION = ("task", "split", "batch_size", "seed", "data_shards", "shuffle_block_size", "num_negatives")
+DATA_POSITION = (
+    "task",
+    "split",
+    "batch_size",
+    "seed",
+    "data_shards",
+    "shuffle_block_size",
+    "num_negatives",
+    "negatives_fallback",
+)
 # Where a mode's DATA_POSITION settings are bound beside its own gin name (train's: inputs.*).
 DATA_GROUPS = {"train": ("inputs",)}
 # ... and, elsewhere, what draws the batches' tasks and their negatives.

@@ -41,7 +41,8 @@ class ScheduleSettings:
 @dataclasses.dataclass(frozen=True)
 class InputSettings:
     """gin `inputs.*`: the `split` trained on; `num_negatives` K hard negatives an example carries
-    (hard_negatives_file.path); from a `samtone score` file, the teacher's scores (`teacher_scores`,
+    (hard_negatives_file.path; a query with fewer is dropped, or with `negatives_fallback` kept with
+    in-batch negatives only for the missing ones); from a `samtone score` file, the teacher's scores (`teacher_scores`,
     for distillation) and its false-negative flags (`teacher_guide`, a FalseNegativeFilter); the data
     order (`data_shards` V: each host reads V / hosts shards, so a fixed V gives the same batches on
     any host count dividing it; `shuffle_block_size` k: runs of k consecutive examples, for
@@ -53,6 +54,7 @@ class InputSettings:
 
     split: str = "train"
     num_negatives: int = 0
+    negatives_fallback: bool = False
     teacher_scores: bool = False
     teacher_guide: FalseNegativeFilter | None = None
     data_shards: int | None = None

@@ -259,7 +259,15 @@ def train(
         cadence_name="schedule",
     )
     evaluation = Evaluation(every=cadence.eval_every, guard=bool(guard and guard.tasks))
-    spec = InputSpec(vocabulary, query_length, doc_length, data.num_negatives, data.teacher_scores, data.teacher_guide)
+    spec = InputSpec(
+        vocabulary,
+        query_length,
+        doc_length,
+        data.num_negatives,
+        data.teacher_scores,
+        data.teacher_guide,
+        data.negatives_fallback,
+    )
     if terms.quantized_precisions:  # before MODEL_DIR is written
         quantization_aware.check_start(
             terms.quantized_precisions, init_checkpoint, run_folders.complete_steps(model_dir)

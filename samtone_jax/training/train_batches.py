@@ -67,6 +67,11 @@ class TrainInputs:
                     "TaskBatches.no_in_batch_negatives trains those tasks on their hard negatives alone (pairs marked "
                     "one example by query id): it needs inputs.id_masking = True and inputs.num_negatives > 0"
                 )
+        if self.spec.negatives_fallback and not self.id_masking:
+            raise BadValueError(
+                "inputs.negatives_fallback pads with each query's own positive, which the loss removes by its "
+                "document id: it needs inputs.id_masking = True"
+            )
         if guide is not None and not self.id_masking:
             raise BadValueError("inputs.teacher_guide masks by document ids: it needs inputs.id_masking = True")
         if guide is not None and not guide.active:
