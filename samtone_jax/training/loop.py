@@ -113,6 +113,8 @@ def run(
     evaluate: Callable[[State], Metrics] | None = None,
     on_start: Callable[[State, int], None] | None = None,
     on_finish: Callable[[State, bool], Metrics | None] | None = None,
+    flops=None,
+    peak: tuple[float | None, str] = (None, ""),
 ) -> Metrics:
     """Train from the latest checkpoint in MODEL_DIR/checkpoints to `schedule.train_steps`; returns
     the last logged metrics (means over the last `log_every` steps).
@@ -125,6 +127,8 @@ def run(
     `eval_every` steps. on_start(state, start step) runs once before the first step (the guard's
     starting scores); on_finish(state, evaluated) once the last step is done (evaluated: whether the
     last step's evaluation already ran), its metrics logged at the last step and returned with the rest.
+    `flops` (a model_flops.ModelFlops) and `peak` (FLOP/s, how known): the log's model FLOP/s and MFU,
+    from the steps' `tokens` / `attended_tokens` metrics.
     """
     final: Metrics = {}
     with contextlib.ExitStack() as cleanup:
@@ -142,7 +146,14 @@ def run(
             on_start(state, start)
         source = batches(start)
         progress = ProgressLogger(
-            model_dir, schedule.train_steps, schedule.global_batch, schedule.log_every, checkpointer, start_step=start
+            model_dir,
+            schedule.train_steps,
+            schedule.global_batch,
+            schedule.log_every,
+            checkpointer,
+            start_step=start,
+            flops=flops,
+            peak=peak,
         )
         cleanup.callback(progress.close)  # flushes the metrics still on device
         cleanup.enter_context(_out_of_memory_explained(schedule))

@@ -36,7 +36,7 @@ from samtone_jax.inference import serving_lengths
 from samtone_jax.models import families, init_params, partitioning
 from samtone_jax.models import lora as lora_lib
 from samtone_jax.objectives import distillation, embedding_distillation, matryoshka, quantization_aware, spread_out
-from samtone_jax.training import grad_cache, loop, optimizer, start_checks
+from samtone_jax.training import grad_cache, loop, model_flops, optimizer, start_checks
 from samtone_jax.training.batch_embeddings import embed_batch
 from samtone_jax.training.settings import Evaluation, InputSettings, ObjectiveSettings, ScheduleSettings, StepSettings
 from samtone_jax.training.train_batches import Packing, TrainInputs, batch_source, eval_batches
@@ -113,6 +113,7 @@ def make_train_step(
                 new_state["params"],
             )
         metrics = dict(metrics, grad_norm=optax.global_norm(grads), learning_rate=schedule(state["step"]))
+        metrics |= model_flops.batch_tokens(batch, max_segments)  # for the log's MFU
         return new_state, metrics
 
     return step
@@ -423,9 +424,13 @@ def fit(
         def on_finish(state, evaluated: bool):
             return guarded.finish(full_params(state), evaluated)
 
+        shapes = nn.unbox(jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0))))
+        flops = model_flops.ModelFlops.of(model, shapes)
         return loop.run(
             model_dir,
             schedule,
+            flops=flops,
+            peak=model_flops.device_peak(mesh.devices.reshape(-1), str(getattr(model.config, "dtype", "float32"))),
             init_state=init_state,
             batches=batch_source(inputs, mesh, packing, grad_cache_chunk_size),
             step=step,

@@ -27,7 +27,15 @@ class NonFiniteLossError(UserError, FloatingPointError):
 
 class ProgressLogger:
     def __init__(
-        self, model_dir: str, total_steps: int, global_batch: int, log_every: int, checkpointer, start_step: int = 0
+        self,
+        model_dir: str,
+        total_steps: int,
+        global_batch: int,
+        log_every: int,
+        checkpointer,
+        start_step: int = 0,
+        flops=None,
+        peak: tuple[float | None, str] = (None, ""),
     ):
         writes = jax.process_index() == 0  # one writer of summaries
         model_dir = paths.as_path(model_dir)
@@ -38,6 +46,16 @@ class ProgressLogger:
         self.pending: list[tuple[int, dict]] = []
         self.last: dict = {}
         self.last_step, self.last_time = None, time.time()
+        self.flops, (self.peak, how) = flops, peak
+        if flops is not None and writes:
+            log.info(
+                "MFU: model FLOPs (%s matrix parameters a token, %d layers, attention width %d) over %s FLOP/s (%s)",
+                f"{flops.matmul_params:,}",
+                flops.layers,
+                flops.attention_width,
+                "an unknown peak" if self.peak is None else f"{self.peak:.3g}",
+                how,
+            )
 
     def record(self, step: int, metrics) -> None:
         self.pending.append((step, metrics))
@@ -66,15 +84,27 @@ class ProgressLogger:
         mean = {k: float(np.mean([m[k] for _, m in fetched if k in m])) for k in names}
         now = time.time()
         steps_done = step - (self.last_step if self.last_step is not None else first - 1)
-        rate = steps_done * self.batch / max(now - self.last_time, 1e-9)
+        seconds = max(now - self.last_time, 1e-9)
+        rate = steps_done * self.batch / seconds
         self.last_step, self.last_time = step, now
         mean["examples_per_second"] = rate
+        shown = ""
+        if self.flops is not None and "tokens" in mean:
+            mean["tokens_per_second"] = mean["tokens"] * steps_done / seconds
+            per_step = self.flops.per_step(mean["tokens"], mean["attended_tokens"])
+            mean["model_flops_per_second"] = per_step * steps_done / seconds
+            if self.peak:
+                mean["mfu"] = mean["model_flops_per_second"] / self.peak
+                shown = f" | MFU {mean['mfu']:.1%}"
         if self.train_writer:
             self.train_writer.write_scalars(step, mean)
             self.train_writer.flush()
         eta = datetime.timedelta(seconds=int((self.total - step) * self.batch / max(rate, 1e-9)))
         accuracy = f"acc {mean['accuracy']:.3f} | " if "accuracy" in mean else ""  # none in pure distillation
-        print(f"step {step}/{self.total} | loss {mean['loss']:.4f} | {accuracy}{rate:.1f} ex/s | ETA {eta}", flush=True)
+        print(
+            f"step {step}/{self.total} | loss {mean['loss']:.4f} | {accuracy}{rate:.1f} ex/s{shown} | ETA {eta}",
+            flush=True,
+        )
         self.last = mean
 
     def write_eval(self, step: int, metrics: dict) -> None:
