@@ -1,5 +1,6 @@
 """samtone_jax: dual-encoder retrieval training in JAX/Flax (T5.1.1 towers, SamToNe loss)."""
 
+from samtone_jax.core import run_clock  # noqa: F401, I001  (first: the time to first step counts the imports)
 from samtone_jax.core import paths, xla_cpu_flags  # noqa: F401  (paths: the storage backends, chosen on import)
 from samtone_jax.version import __version__  # noqa: F401
 

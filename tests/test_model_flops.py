@@ -86,6 +86,8 @@ def test_the_training_log_reports_tokens_flops_and_mfu(tmp_path, wordnet_env, ca
     assert cli.main(tiny_train_argv(model_dir, wordnet_env[1], steps=2, extra=["--gin.packing.enabled=True"])) == 0
     printed = capsys.readouterr().out
     assert "| MFU " in printed
+    first = [line for line in printed.splitlines() if line.startswith("step 1 done ")]
+    assert len(first) == 1 and 0 < float(first[0].split()[3]) < 600  # time to first step, in seconds
     import tensorflow as tf
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -93,6 +95,9 @@ def test_the_training_log_reports_tokens_flops_and_mfu(tmp_path, wordnet_env, ca
     events.Reload()
     logged = {n: [float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors(n)] for n in events.Tags()["tensors"]}
     assert all(0 < v < 1 for v in logged["mfu"])
+    assert logged["time_to_first_step_seconds"] == [float(first[0].split()[3])] or (
+        abs(logged["time_to_first_step_seconds"][0] - float(first[0].split()[3])) < 0.06
+    )
     assert all(v > 0 for v in logged["tokens"]) and len(logged["model_flops_per_second"]) == 2
     # batch 8 pairs, at most 8 + 12 tokens a pair: the counts are real tokens, not padded rows
     assert all(16 <= v <= 8 * (8 + 12) for v in logged["tokens"])

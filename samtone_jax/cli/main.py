@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from samtone_jax.core import run_clock
+
+    if argv is not None:  # a mode run in a process that may have run others: its own clock
+        run_clock.restart()
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, bindings = flags.split_gin_overrides(argv)
     args = build_parser().parse_args(argv)

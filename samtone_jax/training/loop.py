@@ -26,7 +26,7 @@ import jax
 
 from samtone_jax.checkpoints.train_checkpoints import TrainCheckpointer
 from samtone_jax.config import gin_config
-from samtone_jax.core import paths, run_folders, run_lock, stop_request
+from samtone_jax.core import paths, run_clock, run_folders, run_lock, stop_request
 from samtone_jax.core.atomic_file import write_atomic
 from samtone_jax.core.errors import BadValueError, UserError
 from samtone_jax.training.train_logging import ProgressLogger
@@ -159,6 +159,9 @@ def run(
         cleanup.enter_context(_out_of_memory_explained(schedule))
         for number in range(start + 1, schedule.train_steps + 1):
             state, metrics = step(state, next(source))
+            if number == start + 1:  # reading the config, data and model, and compiling the step
+                jax.block_until_ready(metrics["loss"])
+                progress.first_step(number, run_clock.seconds())
             progress.record(number, metrics)  # raises on a non-finite loss, naming the last good checkpoint
             stop = should_stop() and number < schedule.train_steps
             if stop or number % schedule.checkpoint_every == 0:

@@ -57,6 +57,13 @@ class ProgressLogger:
                 how,
             )
 
+    def first_step(self, step: int, seconds: float) -> None:
+        """The first step of this process done, `seconds` after the command started."""
+        log.info("first step (%d) done %.1f s after the command started", step, seconds)
+        print(f"step {step} done {seconds:.1f} s after start (config, data, model, compilation)", flush=True)
+        if self.train_writer:
+            self.train_writer.write_scalars(step, {"time_to_first_step_seconds": seconds})
+
     def record(self, step: int, metrics) -> None:
         self.pending.append((step, metrics))
         if step % self.every == 0 or step == self.total:
