@@ -129,6 +129,18 @@ def test_bpe_and_unigram_vocabularies_that_pad_with_1_read_with_0_and_1_swapped(
     want = np.asarray(theirs(texts, truncation=True, max_length=12, padding="max_length")["input_ids"])
     np.testing.assert_array_equal(tokens, swap01(want))
     assert ours.start_end_ids == (1, 2) and ours.unk_id == 3
+    # The training source tokenises every text of a task in one call (encode_batch): the same ids as
+    # encode, text by text, and as transformers' (0 and 1 swapped); as ragged rows of a pair's negatives too.
+    values, lengths = ours.encode_batch(texts)
+    rows = np.split(values, np.cumsum(lengths)[:-1])
+    assert [r.tolist() for r in rows] == [ours.encode(t) for t in texts]
+    plain = theirs(texts, add_special_tokens=False)["input_ids"]
+    assert [r.tolist() for r in rows] == [swap01(np.asarray(p, np.int64)).tolist() for p in plain]
+    from samtone_jax.tasks.registration import _tokenized
+
+    negatives = np.array([texts[:2], texts[2:4]], dtype=object)  # two pairs' two negatives
+    ragged = _tokenized(ours, negatives)
+    assert ragged.shape[:2] == (2, 2) and ragged[1][0].numpy().tolist() == ours.encode(texts[2])
     fresh = WordPieceTokens(str(tmp_path / "tokenizer.json"))  # nothing read yet: its padding id read on demand
     exported = tokenizer_lib.json_tokenizer(fresh, 12, "PreTrainedTokenizerFast")  # as the export writes it
     assert (exported.pad_token, exported.cls_token, exported.sep_token) == ("<pad>", "<s>", "</s>")
