@@ -192,22 +192,27 @@ def test_a_run_distilled_from_its_own_start_pays_nothing_at_its_first_step(
     from samtone_jax.cli import main as cli
 
     model_dir = tmp_path / "run"
+    contrastive = 0.5 if mode == "cosine" else 0.0  # beside a weighted contrastive term, or alone (label-free)
     extra = [
         f"--gin.inputs.teacher_embeddings='{teacher_folder}'",
         "--gin.objective.embedding_distillation_weight=1.0",
         f"--gin.objective.embedding_distillation_mode='{mode}'",
-        "--gin.objective.contrastive_weight=0.0",
+        f"--gin.objective.contrastive_weight={contrastive}",
         "--gin.BertConfig.dropout_rate=0.0",
         "--gin.BertConfig.attention_dropout_rate=0.0",
     ]
     assert cli.main(tiny_bert_train_argv(model_dir, tiny_bert_import, steps=3, extra=extra)) == 0
     logged = _logged(model_dir)
     term = logged["embedding_distillation/loss"]
-    assert len(term) == 3 and "contrastive_loss" not in logged
+    assert len(term) == 3
     # Step 1 scores the starting weights against their own embeddings (packed rows vs encode's batches):
     # every pair met its own teacher rows, or the term would be far from 0.
     assert term[0] < 1e-5, term
-    assert np.isfinite(term).all() and logged["loss"] == term
+    if contrastive:
+        want = [contrastive * c + t for c, t in zip(logged["contrastive_loss"], term, strict=True)]
+        np.testing.assert_allclose(logged["loss"], want, rtol=1e-5)
+    else:
+        assert "contrastive_loss" not in logged and logged["loss"] == term
 
 
 def test_settings_that_cannot_work_are_refused_before_training(
@@ -228,6 +233,15 @@ def test_settings_that_cannot_work_are_refused_before_training(
                 "--gin.train_eval.split='all'",
             ],
             "train_eval.split",
+        ),
+        (
+            [
+                f"--gin.inputs.teacher_embeddings='{teacher_folder}'",
+                "--gin.objective.embedding_distillation_weight=1.0",
+                "--gin.objective.contrastive_weight=0.0",
+                "--gin.objective.matryoshka_dims=(8,)",
+            ],
+            "objective.matryoshka_dims shape the contrastive loss",
         ),
     ]
     for extra, match in cases:

@@ -104,6 +104,11 @@ def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
             assert padded["negatives"][i].tolist() == want
             assert (padded["negative_ids"][i][len(own) :] == padded["doc_id"][i]).all()
         assert with_negatives.stats["pairs_with_negatives_padded_by_their_positive"] == len(pairs)
+        other = tmp_path / "other.tsv"  # a file of another task: no query of this one has any
+        other.write_text(f"not_a_query\t{docs[0]}\n")
+        gin_registry.parse([], [f"hard_negatives_file.path = '{other}'"])
+        with pytest.raises(BadValueError, match="no query has a hard negative"):
+            registration.examples("wordnet_definitions", "all", InputSpec(num_negatives=1, negatives_fallback=True))
     finally:
         gin_registry.parse([], [])
     with pytest.raises(BadValueError, match="negatives_fallback .* needs inputs.num_negatives > 0"):

@@ -174,6 +174,9 @@ def _step(argv: list[str], what: str) -> None:
     """One step, run as its mode would run `samtone <argv>`; its error is finetune's (the steps done
     are kept: a rerun goes on from this one)."""
     from samtone_jax.cli import average, encode, evaluate, export, import_checkpoint, mine, train
+    from samtone_jax.core import run_clock
+
+    run_clock.restart()  # each step its own command: the train step's time to first step is its own
 
     modes = {m.NAME: m for m in (import_checkpoint, mine, encode, train, average, evaluate, export)}
     log.info("finetune: %s", what)

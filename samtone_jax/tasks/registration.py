@@ -71,6 +71,11 @@ def _examples(
     pairs = collection.pairs()
     if num_negatives:
         short = sum(len(collection.hard_negatives.get(q, [])) < num_negatives for q, _ in pairs)
+        if negatives_fallback and not any(collection.hard_negatives.get(q) for q, _ in pairs):
+            raise BadValueError(
+                f"task {name}/{split}: no query has a hard negative (hard_negatives_file.path: another split's or "
+                "another task's file?); inputs.negatives_fallback pads queries that have fewer than K, not all"
+            )
         if short and negatives_fallback:
             collection.stats["pairs_with_negatives_padded_by_their_positive"] += short
             collection.stats.report(f"{name}/{split}")
@@ -156,15 +161,37 @@ def _teacher_columns(collection, pairs, num_negatives: int, teacher_scores: bool
 
 def _dataset_fn(name: str, spec: InputSpec, split: str, shuffle_files: bool, seed: int | None = None):
     columns = examples(name, split, spec)
+    order = None
     if shuffle_files:
         order = np.random.RandomState(0 if seed is None else seed).permutation(len(columns["query"]))
-        columns = {k: v[order] for k, v in columns.items()}
     if vocab_lib.is_wordpiece(spec.vocabulary):  # tokenised here, all texts at once (see register)
-        tokens = vocab_lib.vocabulary(spec.vocabulary).tokens
-        return tf.data.Dataset.from_tensor_slices({k: _tokenized(tokens, v) for k, v in columns.items()})
+        tokenized = _tokenized_columns(columns, spec.vocabulary)
+        if order is not None:
+            tokenized = {
+                k: tf.gather(v, order) if isinstance(v, tf.RaggedTensor) else v[order] for k, v in tokenized.items()
+            }
+        return tf.data.Dataset.from_tensor_slices(tokenized)
+    if order is not None:
+        columns = {k: v[order] for k, v in columns.items()}
     return tf.data.Dataset.from_tensor_slices(
         {k: tf.constant(v.tolist()) if v.dtype == object else v for k, v in columns.items()}
     )
+
+
+# (id of an `examples` result, vocabulary) -> (that result, its columns tokenised): every data shard
+# and every dataset of the process built from one tokenisation of the task (a few tasks kept).
+_TOKENIZED: dict[tuple[int, str], tuple[dict, dict]] = {}
+
+
+def _tokenized_columns(columns: dict, vocabulary: str) -> dict:
+    key = (id(columns), vocabulary)
+    hit = _TOKENIZED.get(key)
+    if hit is None or hit[0] is not columns:
+        tokens = vocab_lib.vocabulary(vocabulary).tokens
+        hit = _TOKENIZED[key] = (columns, {k: _tokenized(tokens, v) for k, v in columns.items()})
+        while len(_TOKENIZED) > 8:
+            _TOKENIZED.pop(next(iter(_TOKENIZED)))
+    return hit[1]
 
 
 def _tokenized(tokens, column: np.ndarray):

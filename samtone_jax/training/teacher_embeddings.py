@@ -62,14 +62,24 @@ class TeacherEmbeddings:
         return out
 
 
-@functools.lru_cache(maxsize=4)
 def load(folders: str | tuple[str, ...], tasks: tuple[str, ...], split: str) -> TeacherEmbeddings:
     """The teacher embeddings of `tasks`' `split` from `folders` (one `samtone encode --side=both`
-    folder a task, in the same order; one folder serves a single task). Read once a process."""
+    folder a task, in the same order; one folder serves a single task). Read once a process while
+    the folders' manifests stay the same (a folder encoded again is read again)."""
+    from samtone_jax.evaluation import embedding_store
+
+    folders = (folders,) if isinstance(folders, str) else tuple(folders)
+    manifests = tuple(
+        repr(embedding_store.read_manifest(paths.join(folder, sub))) for folder in folders for sub, _ in SIDES
+    )
+    return _load(folders, tuple(tasks), split, manifests)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(folders: tuple[str, ...], tasks: tuple[str, ...], split: str, manifests: tuple[str, ...]):
     from samtone_jax.evaluation import embedding_store
     from samtone_jax.tasks import catalogue
 
-    folders = (folders,) if isinstance(folders, str) else tuple(folders)
     if len(folders) != len(tasks):
         raise BadValueError(
             f"inputs.teacher_embeddings names {len(folders)} folder(s) for the {len(tasks)} task(s) the run reads "

@@ -319,8 +319,8 @@ def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings
             "inputs.teacher_guide removes negatives from the contrastive loss, which objective.contrastive_weight = 0 "
             "turns off: drop the guide or give the contrastive loss a weight"
         )
-    if terms.embedding_distillation_weight and not terms.contrastive_weight and not terms.distillation_weight:
-        objective = None  # the teacher's embeddings alone: label-free adaptation
+    if terms.embedding_distillation_weight and not terms.distillation_weight:
+        objective = _beside_the_teacher(loss_fn, spec, terms)
     else:
         objective = distillation.objective(
             loss_fn,
@@ -345,6 +345,38 @@ def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings
             "weight (> 0) or drop the teacher's folder"
         )
     return spread_out.regularized(objective, terms.spread_out_weight) if terms.spread_out_weight != 0 else objective
+
+
+def _beside_the_teacher(loss_fn, spec: InputSpec, terms: ObjectiveSettings):
+    """The contrastive term beside embedding distillation (no score distillation): contrastive_weight ×
+    loss_fn, or None at weight 0 (label-free adaptation: the teacher's term alone), where what only
+    the contrastive term reads is refused."""
+    if spec.teacher_scores:
+        raise BadValueError(
+            "inputs.teacher_scores are read by score distillation (objective.distillation_weight > 0), not by "
+            "objective.embedding_distillation_weight: drop them or give score distillation a weight"
+        )
+    if terms.contrastive_weight == 1.0:
+        return loss_fn
+    if terms.contrastive_weight:
+
+        def scaled(q, d, **kwargs):
+            value, metrics = loss_fn(q, d, **kwargs)
+            return terms.contrastive_weight * value, {**metrics, "contrastive_loss": value}
+
+        return scaled
+    unused = {
+        "objective.matryoshka_dims": terms.matryoshka_dims,
+        "objective.quantized_precisions": terms.quantized_precisions,
+        "inputs.num_negatives": spec.num_negatives,
+    }
+    named = [name for name, value in unused.items() if value]
+    if named:
+        raise BadValueError(
+            f"{', '.join(named)} shape the contrastive loss, which objective.contrastive_weight = 0 turns off (the "
+            "teacher's embeddings alone): drop them or give the contrastive loss a weight"
+        )
+    return None
 
 
 def fit(
@@ -372,6 +404,12 @@ def fit(
     # every task's data as the run reads it (a mixture's every member; the eval split too),
     # INIT_CHECKPOINT, and the retrieval eval's collection (read and tokenised once, here).
     vocab_lib.check_fits(inputs.spec.vocabulary, families.of(model.config), model.config.vocab_size, "train.vocabulary")
+    no_in_batch = inputs.task_batches is not None and inputs.task_batches.no_in_batch_negatives
+    if no_in_batch and inputs.teacher_embeddings is not None:
+        raise BadValueError(
+            "TaskBatches.no_in_batch_negatives marks a task's pairs as one example by query id, and "
+            "inputs.teacher_embeddings finds each text's teacher embedding by its own id: use one or the other"
+        )
     if evaluation.split and inputs.teacher_embeddings is not None:
         raise BadValueError(
             "train_eval.split (the in-batch eval's loss) with inputs.teacher_embeddings would need the teacher's "
