@@ -176,7 +176,8 @@ def test_9_a_corrupt_latest_checkpoint_falls_back_or_fails_in_one_paragraph(word
     finally:
         logger.removeHandler(handler)
     assert len(warnings) == 1 and "checkpoints/4 cannot be restored" in warnings[0]
-    assert capsys.readouterr().out.startswith("step 3/5")  # resumed after step 2
+    out = capsys.readouterr().out
+    assert out.startswith("step 3 done ") and "\nstep 3/5" in out  # resumed after step 2: step 3 its first
     assert _steps(model_dir)[-1] == 5
     # A missing metadata file with on_corrupt_checkpoint='fail': one short error naming the step dir.
     (model_dir / "checkpoints" / "5" / "state" / "_METADATA").unlink()

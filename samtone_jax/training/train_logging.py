@@ -48,7 +48,7 @@ class ProgressLogger:
         self.last_step, self.last_time = None, time.time()
         self.flops, (self.peak, how) = flops, peak
         if flops is not None and writes:
-            log.info(
+            log.debug(
                 "MFU: model FLOPs (%s matrix parameters a token, %d layers, attention width %d) over %s FLOP/s (%s)",
                 f"{flops.matmul_params:,}",
                 flops.layers,
@@ -59,7 +59,6 @@ class ProgressLogger:
 
     def first_step(self, step: int, seconds: float) -> None:
         """The first step of this process done, `seconds` after the command started."""
-        log.info("first step (%d) done %.1f s after the command started", step, seconds)
         print(f"step {step} done {seconds:.1f} s after start (config, data, model, compilation)", flush=True)
         if self.train_writer:
             self.train_writer.write_scalars(step, {"time_to_first_step_seconds": seconds})
