@@ -85,8 +85,8 @@ def test_gradient_steps_on_the_term_spread_a_clustered_batch():
 
 def test_the_training_objective_adds_it_and_refuses_a_bad_weight():
     from samtone_jax.data.input_spec import InputSpec
+    from samtone_jax.training.objective import training_loss
     from samtone_jax.training.settings import ObjectiveSettings
-    from samtone_jax.training.train import training_loss
 
     rng = np.random.RandomState(2)
     q, d = (jnp.asarray(_unit(rng.normal(size=(6, 8))), jnp.float32) for _ in range(2))
