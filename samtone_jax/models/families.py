@@ -7,11 +7,12 @@ from samtone_jax.core.errors import BadValueError, CheckpointMismatchError
 from samtone_jax.models.bert.family import FAMILY as BERT
 from samtone_jax.models.distilbert.family import FAMILY as DISTILBERT
 from samtone_jax.models.family import TowerFamily
+from samtone_jax.models.modernbert.family import FAMILY as MODERNBERT
 from samtone_jax.models.mpnet.family import FAMILY as MPNET
 from samtone_jax.models.roberta.family import FAMILY as ROBERTA
 from samtone_jax.models.t5.family import FAMILY as T5
 
-FAMILIES: tuple[TowerFamily, ...] = (T5, BERT, MPNET, ROBERTA, DISTILBERT)
+FAMILIES: tuple[TowerFamily, ...] = (T5, BERT, MPNET, ROBERTA, DISTILBERT, MODERNBERT)
 DEFAULT = T5  # the family of a saved model config that binds no tower config (all of T5Config's defaults)
 
 

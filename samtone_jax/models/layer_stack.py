@@ -5,6 +5,8 @@ importers, exporters and checkpoints do not depend on how the layers run."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -51,5 +53,6 @@ def _scanned(tower: nn.Module, layer_cls, config, x, bias, deterministic: bool, 
 
 
 def has_dropout(config) -> bool:
-    """Whether any dropout of `config` is on (T5: dropout_rate; BERT: also attention_dropout_rate)."""
-    return bool(config.dropout_rate or getattr(config, "attention_dropout_rate", 0.0))
+    """Whether any dropout of `config` is on: any of its *dropout_rate fields (T5: dropout_rate; BERT:
+    also attention_dropout_rate; ModernBERT: also mlp_dropout_rate)."""
+    return any(getattr(config, f.name) for f in dataclasses.fields(config) if f.name.endswith("dropout_rate"))

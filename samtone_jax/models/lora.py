@@ -14,7 +14,7 @@ mirroring the tower's module path of each adapted kernel:
 `merge` folds the adapters into plain weights (sde -> sde, ade_lora -> ade_spl), for export and load.
 
 gin: DualEncoder.lora_rank (0: no LoRA), lora_alpha (None: = rank), lora_targets (kernel names or the
-groups 'attention' = query/key/value/out and 'mlp' = wi/wi_0/wi_1/wo), lora_layers (None: all).
+groups 'attention' = query/key/value/qkv/out and 'mlp' = wi/wi_0/wi_1/wo), lora_layers (None: all).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ KERNELS = {
     "query": ("attention", 1),
     "key": ("attention", 1),
     "value": ("attention", 1),
+    "qkv": ("attention", 1),  # one fused query / key / value projection (ModernBERT's Wqkv)
     "out": ("attention", 2),
     "wi": ("mlp", 1),
     "wi_0": ("mlp", 1),
