@@ -496,3 +496,40 @@ def trains_and_exports(folder, tmp_path, model_type: str, pad_token_id: int) -> 
     np.testing.assert_allclose(
         samtone_jax.load(str(hf_out)).encode_queries(texts), after.encode_queries(texts), atol=1e-5
     )
+
+
+def fsdp_and_one_device_steps(model, batch):
+    """One train step of `model` (the SamToNe loss of both sides, τ 0.05) on `batch`: on one device, and
+    on 8 under partitioning.FSDP_RULES (the towers' parameters split over the data devices). SGD of
+    rate 1, so the new parameters are params − gradient and the gradients themselves are compared
+    (Adafactor would turn the key biases' zero gradients, which softmax ignores, into ±lr·1e-3 by
+    sign). -> (the 8-device initial state, (params, metrics) on 1 device, (params, metrics) on 8);
+    skips without 8 devices."""
+    import jax
+    import optax
+
+    from samtone_jax.cli import gin_registry
+    from samtone_jax.config import gin_config
+    from samtone_jax.models import partitioning
+    from samtone_jax.training import train
+
+    if jax.device_count() < 8:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    gin_registry.parse(["losses/samtone_both.gin"], ["TEMPERATURE = 0.05"])
+
+    def one_step(mesh, rules):
+        tx = optax.sgd(1.0)
+        state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None, rules=rules)
+        step = jax.jit(train.make_train_step(model, tx, lambda _: 1.0, mesh, None, gin_config.contrastive_loss))
+        with partitioning.activation_sharding(mesh, rules):
+            new_state, metrics = step(state, partitioning.host_to_global(mesh, batch))
+        return state, jax.device_get(new_state["params"]), jax.device_get(metrics)
+
+    try:
+        _, params_1, metrics_1 = one_step(
+            partitioning.create_mesh(devices=jax.devices()[:1]), partitioning.DEFAULT_RULES
+        )
+        state, params_8, metrics_8 = one_step(partitioning.create_mesh(), partitioning.FSDP_RULES)
+    finally:
+        gin_registry.parse([], [])
+    return state, (params_1, metrics_1), (params_8, metrics_8)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import TINY_BERT, require_shared, tiny_wordpiece_bert
+from conftest import TINY_BERT, fsdp_and_one_device_steps, require_shared, tiny_wordpiece_bert
 
 from samtone_jax.checkpoints import hf
 from samtone_jax.checkpoints.sentence_transformers_folder import transformer_folder
@@ -351,15 +351,6 @@ def test_a_bert_step_under_fsdp_on_eight_devices_equals_one_device():
     """The train step of a BERT ADE-SPL (loss, updated parameters) on 1 device = on 8 under
     partitioning.FSDP_RULES, where the BERT tower's parameters (biases and LayerNorms included) are
     split over the data devices."""
-    import optax
-
-    from samtone_jax.cli import gin_registry
-    from samtone_jax.models import partitioning
-    from samtone_jax.training import train
-
-    if jax.device_count() < 8:
-        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
-    gin_registry.parse(["losses/samtone_both.gin"], ["TEMPERATURE = 0.05"])
     config = BertConfig(vocab_size=99, emb_dim=32, num_heads=4, head_dim=8, mlp_dim=48, num_layers=2, max_length=16)
     model = DualEncoder(config, "ade_spl", projection_dim=16, identical_tower_init=False)
     rng = np.random.default_rng(5)
@@ -370,18 +361,7 @@ def test_a_bert_step_under_fsdp_on_eight_devices_equals_one_device():
         "doc_id": np.arange(16, dtype=np.int32) + 100,
     }
 
-    def one_step(mesh, rules):
-        # SGD of rate 1: the new parameters are params − gradient, so the gradients themselves are compared
-        # (Adafactor would turn the key biases' zero gradients — softmax ignores them — into ±lr·1e-3 by sign).
-        tx = optax.sgd(1.0)
-        state = train.initial_state(model, tx, mesh, seed=0, init_checkpoint=None, rules=rules)
-        step = jax.jit(train.make_train_step(model, tx, lambda _: 1.0, mesh, None, gin_config.contrastive_loss))
-        with partitioning.activation_sharding(mesh, rules):
-            new_state, metrics = step(state, partitioning.host_to_global(mesh, batch))
-        return state, jax.device_get(new_state["params"]), jax.device_get(metrics)
-
-    _, params_1, metrics_1 = one_step(partitioning.create_mesh(devices=jax.devices()[:1]), partitioning.DEFAULT_RULES)
-    state, params_8, metrics_8 = one_step(partitioning.create_mesh(), partitioning.FSDP_RULES)
+    state, (params_1, metrics_1), (params_8, metrics_8) = fsdp_and_one_device_steps(model, batch)
     tower = state["params"]["query_encoder"]
     assert tower["embedding_layer_norm"]["bias"].addressable_shards[0].data.shape == (32 // 8,)
     assert tower["layers_0"]["wo_kernel"].addressable_shards[0].data.shape == (48, 32 // 8)  # [mlp, embed]
@@ -389,7 +369,6 @@ def test_a_bert_step_under_fsdp_on_eight_devices_equals_one_device():
     np.testing.assert_allclose(metrics_8["loss"], metrics_1["loss"], rtol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(params_8), jax.tree_util.tree_leaves(params_1), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    gin_registry.parse([], [])
 
 
 def test_sentence_transformers_6_pooling_configs_and_what_is_refused(tmp_path):

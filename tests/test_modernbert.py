@@ -13,12 +13,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import imported_tower, trains_and_exports
+from conftest import fsdp_and_one_device_steps, imported_tower, trains_and_exports
 from test_bert import UNICODE_TEXTS
+from test_export import _onnx_embeddings, sentences
 from test_roberta import SENTENCES
 
+import samtone_jax
 from samtone_jax.checkpoints import hf
 from samtone_jax.checkpoints.source import CheckpointMismatchError
+from samtone_jax.cli import main as cli
 from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.wordpiece_tokens import WordPieceTokens
 from samtone_jax.models.modernbert import ModernBertConfig, ModernBertEncoder
@@ -166,6 +169,33 @@ def test_lora_adapts_the_fused_projection_and_merges_into_it():
     assert np.abs(np.asarray(adapted) - np.asarray(apply(params, None))).max() > 1e-3
 
 
+@pytest.mark.slow
+def test_a_modernbert_step_under_fsdp_on_eight_devices_equals_one_device():
+    """The train step of a ModernBERT ADE-SPL (loss, updated parameters, biases and norms included) on 1
+    device = on 8 under partitioning.FSDP_RULES, global and local layers both, packed texts longer
+    than the window."""
+    from samtone_jax.models import DualEncoder
+
+    config = ModernBertConfig(vocab_size=VOCAB, emb_dim=32, num_heads=4, head_dim=8, num_layers=2, mlp_dim=24)
+    config = ModernBertConfig(**{**config.__dict__, "attention_bias": True, "norm_bias": True, "local_attention": 6})
+    model = DualEncoder(config, "ade_spl", projection_dim=16, identical_tower_init=False)
+    rng = np.random.default_rng(5)
+    query, doc = (rng.integers(1, 50280, (16, n)).astype(np.int32) for n in (8, 12))
+    for row, (q, d) in enumerate(zip(rng.integers(2, 9, 16), rng.integers(2, 13, 16), strict=True)):
+        query[row, q:], doc[row, d:] = 0, 0
+    batch = {"query_tokens": query, "doc_tokens": doc}
+    batch |= {"query_id": np.arange(16, dtype=np.int32) % 12, "doc_id": np.arange(16, dtype=np.int32) + 100}
+    state, (params_1, metrics_1), (params_8, metrics_8) = fsdp_and_one_device_steps(model, batch)
+    tower = state["params"]["query_encoder"]
+    assert tower["final_norm"]["bias"].addressable_shards[0].data.shape == (32 // 8,)
+    assert tower["layers_1"]["wi_kernel"].addressable_shards[0].data.shape == (32 // 8, 48)  # [embed, mlp]
+    assert metrics_1["masked_fraction"] > 0
+    np.testing.assert_allclose(metrics_8["loss"], metrics_1["loss"], rtol=1e-5)
+    # atol 3e-6: a token's embedding gradient is summed over its occurrences in another order on 8 devices
+    for a, b in zip(jax.tree_util.tree_leaves(params_8), jax.tree_util.tree_leaves(params_1), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=3e-6)
+
+
 def modernbert_bpe(folder, texts):
     """A ModernBERT-style byte-level BPE tokenizer.json trained on `texts`: its specials where
     ModernBERT's are ([UNK] 50280, [CLS] 50281, [SEP] 50282, [PAD] 50283, [MASK] 50284), the learned
@@ -249,3 +279,11 @@ def test_a_modernbert_tower_trains_packed_from_an_import_then_exports(wordnet_en
     modernbert_bpe(folder, catalogue.collection("wordnet_definitions", "all").texts())
     _modernbert().save_pretrained(folder)
     trains_and_exports(folder, tmp_path, "modernbert", PAD)
+    # The ONNX graph (transformers' ModernBertModel traced, global and local masks inside it) serves
+    # texts longer than the local window as the run does.
+    run, dst = tmp_path / "run", tmp_path / "onnx"
+    assert cli.main(["export", f"--checkpoint={run}", "--format=onnx", f"--out={dst}"]) == 0
+    ours, texts = samtone_jax.load(str(run)), sentences()
+    graph = json.loads((dst / "samtone.json").read_text())["onnx"]["document"]["float32"]
+    theirs = _onnx_embeddings(dst, graph, texts, ours.doc_length)
+    assert np.sum(theirs * ours.encode_documents(texts), axis=1).min() >= 0.99999
