@@ -464,11 +464,26 @@ def swap01(ids):
     return np.where(ids == 0, 1, np.where(ids == 1, 0, ids)).astype(np.int32)
 
 
+def onnx_embeddings(folder, graph, texts, length, prompt=""):
+    """onnxruntime on `graph` with the export's own tokenizer: [N, P] embeddings."""
+    import numpy as np
+    import onnxruntime
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    batch = tokenizer(
+        [prompt + t for t in texts], max_length=length, truncation=True, padding=True, return_tensors="np"
+    )
+    session = onnxruntime.InferenceSession(str(folder / graph), providers=["CPUExecutionProvider"])
+    feed = {k: batch[k].astype(np.int64) for k in ("input_ids", "attention_mask")}
+    return session.run(["embedding"], feed)[0]
+
+
 def trains_and_exports(folder, tmp_path, model_type: str, pad_token_id: int) -> None:
     """A Hugging Face folder with its tokenizer.json (a tiny random model of a tower family) ->
     import-checkpoint -> samtone train (2 steps, packed, on the wordnet_env task) -> a
-    sentence-transformers export that embeds like the run, and an hf export (`model_type`,
-    `pad_token_id`) that loads back equal."""
+    sentence-transformers export that embeds like the run, an hf export (`model_type`,
+    `pad_token_id`) that loads back equal, and an ONNX export that embeds like the run."""
     import json
 
     import numpy as np
@@ -496,6 +511,13 @@ def trains_and_exports(folder, tmp_path, model_type: str, pad_token_id: int) -> 
     np.testing.assert_allclose(
         samtone_jax.load(str(hf_out)).encode_queries(texts), after.encode_queries(texts), atol=1e-5
     )
+    # and as ONNX (transformers' module of the family traced), texts past the training lengths too
+    onnx = tmp_path / "onnx"
+    assert cli.main(["export", f"--checkpoint={run}", "--format=onnx", f"--out={onnx}"]) == 0
+    texts += [" ".join(["the quick brown fox jumps over a lazy dog"] * 6), "x"]
+    graph = json.loads((onnx / "samtone.json").read_text())["onnx"]["document"]["float32"]
+    theirs = onnx_embeddings(onnx, graph, texts, after.doc_length)
+    assert np.sum(theirs * after.encode_documents(texts), axis=1).min() >= 0.99999
 
 
 def fsdp_and_one_device_steps(model, batch):

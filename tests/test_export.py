@@ -12,6 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import onnx_embeddings
 
 import samtone_jax
 from samtone_jax.cli import main as cli
@@ -94,20 +95,6 @@ def test_hf_export_is_a_plain_t5_encoder_model(trained_run, tmp_path):
     assert _cosines(emb, samtone_jax.load(str(trained_run)).encode_documents(texts)).min() >= 0.99999
 
 
-def _onnx_embeddings(folder, graph, texts, length, prompt=""):
-    """onnxruntime on `graph` with the export's own tokenizer: [N, P] embeddings."""
-    import onnxruntime
-    import transformers
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    batch = tokenizer(
-        [prompt + t for t in texts], max_length=length, truncation=True, padding=True, return_tensors="np"
-    )
-    session = onnxruntime.InferenceSession(str(folder / graph), providers=["CPUExecutionProvider"])
-    feed = {k: batch[k].astype(np.int64) for k in ("input_ids", "attention_mask")}
-    return session.run(["embedding"], feed)[0]
-
-
 def _avx2_u8s8(a, b, za, zb):
     """onnxruntime's u8 x s8 integer matmul as its AVX2 kernel (and AVX-512 without VNNI) computes it,
     written from the instructions: VPMADDUBSW adds the products of adjacent k pairs in int16 with
@@ -175,8 +162,8 @@ def test_onnx_export_runs_in_onnxruntime_like_ours(trained_any, tmp_path):
     ours, texts = samtone_jax.load(str(run)), sentences()
     for side, length in (("query", ours.query_length), ("document", ours.doc_length)):
         want = ours.encode_queries(texts) if side == "query" else ours.encode_documents(texts)
-        assert _cosines(_onnx_embeddings(dst, graphs[side]["float32"], texts, length), want).min() >= 0.99999
-        assert _cosines(_onnx_embeddings(dst, graphs[side]["int8"], texts, length), want).min() >= 0.99
+        assert _cosines(onnx_embeddings(dst, graphs[side]["float32"], texts, length), want).min() >= 0.99999
+        assert _cosines(onnx_embeddings(dst, graphs[side]["int8"], texts, length), want).min() >= 0.99
         on_avx2 = _onnx_embeddings_on_avx2(dst, graphs[side]["int8"], texts, length)
         assert _cosines(on_avx2 / np.linalg.norm(on_avx2, axis=1, keepdims=True), want).min() >= 0.99
         assert onnx_towers.saturating_matmuls(str(dst / graphs[side]["int8"])) == []
@@ -197,7 +184,7 @@ def test_onnx_export_of_a_bert_tower(tiny_bert_import, tmp_path):
     ours, texts = samtone_jax.load(str(init)), sentences()
     graph = json.loads((dst / "samtone.json").read_text())["onnx"]["document"]["float32"]
     want = ours.encode_documents(texts)
-    assert _cosines(_onnx_embeddings(dst, graph, texts, ours.doc_length), want).min() >= 0.99999
+    assert _cosines(onnx_embeddings(dst, graph, texts, ours.doc_length), want).min() >= 0.99999
 
 
 def test_export_errors_name_what_is_missing_and_leave_nothing(trained_run, tmp_path, capsys):

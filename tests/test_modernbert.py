@@ -15,13 +15,10 @@ import numpy as np
 import pytest
 from conftest import fsdp_and_one_device_steps, imported_tower, trains_and_exports
 from test_bert import UNICODE_TEXTS
-from test_export import _onnx_embeddings, sentences
 from test_roberta import SENTENCES
 
-import samtone_jax
 from samtone_jax.checkpoints import hf
 from samtone_jax.checkpoints.source import CheckpointMismatchError
-from samtone_jax.cli import main as cli
 from samtone_jax.core.errors import BadValueError
 from samtone_jax.data.wordpiece_tokens import WordPieceTokens
 from samtone_jax.models.modernbert import ModernBertConfig, ModernBertEncoder
@@ -279,11 +276,3 @@ def test_a_modernbert_tower_trains_packed_from_an_import_then_exports(wordnet_en
     modernbert_bpe(folder, catalogue.collection("wordnet_definitions", "all").texts())
     _modernbert().save_pretrained(folder)
     trains_and_exports(folder, tmp_path, "modernbert", PAD)
-    # The ONNX graph (transformers' ModernBertModel traced, global and local masks inside it) serves
-    # texts longer than the local window as the run does.
-    run, dst = tmp_path / "run", tmp_path / "onnx"
-    assert cli.main(["export", f"--checkpoint={run}", "--format=onnx", f"--out={dst}"]) == 0
-    ours, texts = samtone_jax.load(str(run)), sentences()
-    graph = json.loads((dst / "samtone.json").read_text())["onnx"]["document"]["float32"]
-    theirs = _onnx_embeddings(dst, graph, texts, ours.doc_length)
-    assert np.sum(theirs * ours.encode_documents(texts), axis=1).min() >= 0.99999
