@@ -74,18 +74,29 @@ def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet
     # Mined, filtered hard negatives: the base ranks each training query's corpus; those above
     # (1 - margin) x the positive's score are dropped, one kept a query, and the run trains on them.
     # (A tiny random tower scores most documents near the positive: margin 0 and a batch of 4 here.)
+    # Refreshed every step (--refresh_negatives=1 of 2 steps): mined by the base, the run paused at
+    # step 1 (schedule.pause_at) and mined again by its own weights, then trained on to the end.
     # With a teacher (here a second tiny BERT of another width): its embeddings of the training texts,
     # computed once, matched by the run.
     argv[argv.index(f"--out={out}")] = f"--out={tmp_path / 'hard'}"
     argv[argv.index("--gin.BATCH_SIZE=8")] = "--gin.BATCH_SIZE=4"
     teacher = tiny_wordpiece_bert(tmp_path / "teacher", source.texts(), hidden_size=48)
-    extra = ["--hard_negatives=1", "--negative_margin=0", "--guard", "none", f"--teacher={teacher}"]
+    extra = ["--hard_negatives=1", "--negative_margin=0", "--refresh_negatives=1", "--guard", "none"]
+    extra += [f"--teacher={teacher}"]
     assert cli.main([*argv, *extra, "--teacher_weight=0.5"]) == 0
-    mined = tmp_path / "hard" / "negatives_k1_m0.tsv"
-    counts = json.loads(mined.with_name(mined.name + ".json").read_text())
-    assert counts["with_enough_negatives"] > 0 and mined.read_text().count("\n") == counts["with_enough_negatives"]
+    for step in (0, 1):
+        mined = tmp_path / "hard" / f"negatives_k1_m0_step{step}.tsv"
+        counts = json.loads(mined.with_name(mined.name + ".json").read_text())
+        assert counts["with_enough_negatives"] > 0
+        assert mined.read_text().count("\n") == counts["with_enough_negatives"]
+    method = json.loads((tmp_path / "hard" / "negatives_k1_m0_step1.tsv.json").read_text())["method"]
+    assert method.startswith(f"dense:{tmp_path / 'hard' / 'run'}") and method.endswith("@1")  # the run's own step 1
     config = gin_config.read_bindings((tmp_path / "hard" / "run" / "config.gin").read_text())
     assert config["inputs.num_negatives"] == 1 and config["hard_negatives_file.path"] == str(mined)
+    assert config["hard_negatives_file.refreshed"] and "schedule.pause_at" not in config  # the last stage: no pause
+    (earlier,) = (tmp_path / "hard" / "run" / "config_history").iterdir()  # the first stage's, step 0's file
+    assert gin_config.read_bindings(earlier.read_text())["schedule.pause_at"] == 1
+    assert str(mined).replace("step1", "step0") in earlier.read_text()
     assert config["inputs.teacher_embeddings"] == str(tmp_path / "hard" / "teacher_embeddings")
     assert config["objective.embedding_distillation_weight"] == 0.5
     taught = json.loads((tmp_path / "hard" / "teacher_embeddings" / "documents" / "manifest.json").read_text())
@@ -142,4 +153,7 @@ def test_finetune_refuses_what_it_cannot_measure_before_training(tmp_path, wordn
     argv[argv.index(f"--out={tmp_path / 'ft'}")] = f"--out={tmp_path / 't'}"
     assert cli.main([*argv, "--teacher=all-mpnet-base-v2", "--teacher_weight=0"]) == 2
     assert "--teacher_weight=0.0: must be > 0" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+    assert cli.main([*argv, "--refresh_negatives=100"]) == 2  # nothing mined to refresh
+    assert "--refresh_negatives=100: the steps between minings of --hard_negatives" in capsys.readouterr().err
     assert not (tmp_path / "t").exists()

@@ -51,9 +51,9 @@ def _toy(seen, nan_at=None, sigterm_at=None, inf_grad_at=None):
     return init_state, batches, step
 
 
-def _run(model_dir, steps=6, **toy):
+def _run(model_dir, steps=6, pause_at=0, **toy):
     seen = []
-    schedule = loop.Schedule(train_steps=steps, global_batch=1, checkpoint_every=2, log_every=1)
+    schedule = loop.Schedule(train_steps=steps, global_batch=1, checkpoint_every=2, log_every=1, pause_at=pause_at)
     init_state, batches, step = _toy(seen, **toy)
     with loop.run_directory(str(model_dir), None, schedule, "# toy\n") as directory:
         metrics = loop.run(directory, schedule, init_state=init_state, batches=batches, step=step)
@@ -81,6 +81,18 @@ def test_sigterm_stops_at_the_step_boundary_and_the_rerun_ends_where_the_straigh
     np.testing.assert_array_equal(_w(tmp_path / "stopped", 6), _w(tmp_path / "straight", 6))
     assert (tmp_path / "stopped" / "config.gin").read_text() == "# toy\n"
     assert (tmp_path / "stopped" / "operative_config.gin").exists()
+
+
+def test_a_pause_saves_and_stops_there_and_the_rerun_ends_where_the_straight_run_does(tmp_path, monkeypatch):
+    """schedule.pause_at: stopped at that step with its state saved (finetune mines again there); the
+    rerun without it goes on with the whole run's schedule to the uninterrupted parameters."""
+    monkeypatch.setattr(loop, "check_existing_run", lambda *a, **k: None)
+    _run(tmp_path / "straight")
+    _, seen = _run(tmp_path / "paused", pause_at=3)
+    assert _saved(tmp_path / "paused") == [2, 3] and seen == [0]
+    _, seen = _run(tmp_path / "paused", pause_at=3)  # the same command again: past the pause, on to the end
+    assert seen == [3] and _saved(tmp_path / "paused")[-1] == 6
+    np.testing.assert_array_equal(_w(tmp_path / "paused", 6), _w(tmp_path / "straight", 6))
 
 
 def test_a_non_finite_loss_or_gradient_norm_stops_naming_the_last_good_checkpoint(tmp_path, monkeypatch):
@@ -111,6 +123,7 @@ def test_a_second_run_in_a_held_model_dir_is_refused(tmp_path, monkeypatch):
         ("on_corrupt_checkpoint", "retry", "train_adore.on_corrupt_checkpoint = 'retry': use 'fallback' or 'fail'"),
         ("log_every", 0, "train_adore.log_every = 0: must be ≥ 1"),
         ("eval_every", -1, "train_adore.eval_every = -1"),
+        ("pause_at", 2, "train_adore.pause_at = 2: must be a step before train_adore.train_steps = 2"),
     ],
 )
 def test_a_bad_schedule_names_the_gin_setting(field, value, message):

@@ -5,7 +5,9 @@ command. Each step is resumable and skipped when its output is there:
                into OUT/base; a samtone parameter checkpoint or export is used as it is
   2. mine      with --hard_negatives K: each training query's K hardest documents by the base model,
                those scoring above (1 − --negative_margin) × its positive dropped as likely false
-               negatives (Arctic-Embed's relative margin), into OUT/negatives_k<K>_m<margin>.tsv
+               negatives (Arctic-Embed's relative margin), into OUT/negatives_k<K>_m<margin>.tsv;
+               with --refresh_negatives N, mined again by the run's own weights every N steps (the
+               run pauses there: schedule.pause_at), into OUT/negatives_k<K>_m<margin>_step<S>.tsv
      teacher   with --teacher: a bigger model (all-mpnet-base-v2, any folder --base takes) imported into
                OUT/teacher and run once over the training texts (samtone encode) into
                OUT/teacher_embeddings: the run matches the in-batch similarities of its embeddings to
@@ -77,6 +79,12 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         type=float,
         default=0.05,
         help="a mined document scoring above (1 - this) x the query's positive is dropped as a likely false negative",
+    )
+    p.add_argument(
+        "--refresh_negatives",
+        type=int,
+        default=0,
+        help="--hard_negatives: mine them again with the run's own weights every N steps (0: once, with the base)",
     )
     p.add_argument(
         "--teacher",
@@ -251,13 +259,7 @@ def fine_tune(args, bindings) -> Outcome:
     if vocabulary is not None:
         train.append(f"--vocabulary={vocabulary}")
     if args.hard_negatives:  # 2. mine with the base, filtered against each query's positive
-        negatives = str(out / f"negatives_k{args.hard_negatives}_m{args.negative_margin:g}.tsv")
-        if not paths.as_path(negatives).exists():
-            mine = ["mine", *gin, f"--checkpoint={base}", f"--task={task}", "--split=train", f"--out={negatives}"]
-            mine += [f"--num_negatives={args.hard_negatives}", f"--relative_margin={args.negative_margin}"]
-            mine += [f"--range_max={MINING_DEPTH}"]
-            _step(mine, "mining hard negatives with the base model")
-        train += [f"--gin.hard_negatives_file.path='{negatives}'", f"--gin.inputs.num_negatives={args.hard_negatives}"]
+        train += [f"--gin.inputs.num_negatives={args.hard_negatives}"]
         train += ["--gin.inputs.negatives_fallback=True"]  # a query with none left by the margin: in-batch only
     if args.teacher:  # the teacher's embeddings of every training text, computed once
         teacher = _imported(args.teacher, str(out / "teacher"), "--teacher")
@@ -271,8 +273,25 @@ def fine_tune(args, bindings) -> Outcome:
     if guards:
         train += ["--guard", *guards, f"--gin.guard.max_queries={args.guard_queries}"]
         train += [f"--gin.guard.candidates={args.guard_candidates}"]
-    if not _complete(run_dir, args.steps):
-        _step(train, "train")
+    total = _total_steps(args.steps, given)
+    for start, pause in _stages(total, args.refresh_negatives if args.hard_negatives else 0):
+        if _complete(run_dir, pause or total):
+            continue
+        stage = list(train)
+        if args.hard_negatives:  # mined by the base, then (refreshed) by the run at each pause
+            miner, negatives = (base, out / f"negatives_k{args.hard_negatives}_m{args.negative_margin:g}.tsv")
+            if args.refresh_negatives:
+                miner = base if start == 0 else run_dir
+                negatives = negatives.with_name(negatives.name.replace(".tsv", f"_step{start}.tsv"))
+                stage += ["--gin.hard_negatives_file.refreshed=True"]
+            if not negatives.exists():
+                mine = ["mine", *gin, f"--checkpoint={miner}", f"--task={task}", "--split=train", f"--out={negatives}"]
+                mine += [f"--num_negatives={args.hard_negatives}", f"--relative_margin={args.negative_margin}"]
+                mine += [f"--range_max={MINING_DEPTH}"]
+                _step(mine, f"mining hard negatives with {'the base model' if miner == base else f'step {start}'}")
+            stage += [f"--gin.hard_negatives_file.path='{negatives}'"]
+        stage += [f"--gin.schedule.pause_at={pause}"] if pause else []
+        _step(stage, "train" if not pause else f"train to step {pause}")
     model = run_dir
     if args.wise_ft:  # 4. the run mixed with its base, picked on dev under the guard
         model = str(out / "wise_ft")
@@ -345,6 +364,11 @@ def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
 
     if args.hard_negatives < 0:
         raise BadValueError(f"--hard_negatives={args.hard_negatives}: must be ≥ 0 (0: in-batch negatives only)")
+    if args.refresh_negatives < 0 or (args.refresh_negatives and not args.hard_negatives):
+        raise BadValueError(
+            f"--refresh_negatives={args.refresh_negatives}: the steps between minings of --hard_negatives "
+            "(≥ 1, with --hard_negatives K; 0: mined once, with the base)"
+        )
     if not 0 <= args.negative_margin < 1:
         raise BadValueError(f"--negative_margin={args.negative_margin}: must be in [0, 1) (a fraction of the positive)")
     if not 0 <= args.min_retention <= 1:
@@ -355,6 +379,8 @@ def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
     now = {k: getattr(args, k) for k in keys} | {
         "negative_margin": args.negative_margin if args.hard_negatives else None
     }
+    if args.refresh_negatives:  # absent otherwise: an earlier release's finetune.json still matches
+        now |= {"refresh_negatives": args.refresh_negatives}
     if args.teacher:  # absent otherwise: an earlier release's finetune.json still matches
         now |= {"teacher": args.teacher, "teacher_weight": args.teacher_weight}
     if args.wise_ft:  # absent otherwise: an earlier release's finetune.json still matches; what α is picked on
@@ -425,15 +451,31 @@ def _is_samtone(path: str) -> bool:
     return (root / run_folders.MODEL_GIN).exists() or (root / run_folders.EXPORT_JSON).exists()
 
 
-def _complete(run_dir: str, steps: int | None) -> bool:
+def _total_steps(steps: int | None, given: list[str]) -> int:
+    """The run's length: --steps, else a TRAIN_STEPS / train.train_steps binding given, else the recipe's."""
+    from samtone_jax.config import gin_config
+
+    if steps:
+        return steps
+    text = (gin_config.GIN_CONFIGS_DIR / RECIPE).read_text() + "".join(f"\n{b}" for b in given)
+    return int(gin_config.read_bindings(text)["train.train_steps"])
+
+
+def _stages(total: int, every: int) -> list[tuple[int, int]]:
+    """(first step, step to pause at or 0 for the end) of each stage between negative refreshes."""
+    if not every:
+        return [(0, 0)]
+    starts = list(range(0, total, every))
+    return [(start, start + every if start + every < total else 0) for start in starts]
+
+
+def _complete(run_dir: str, steps: int) -> bool:
+    """Whether the run has a complete checkpoint at `steps` or later (a preempted or paused run has
+    its operative config too, so the checkpoint decides)."""
     from samtone_jax.core import paths, run_folders
 
     done = run_folders.complete_steps(paths.as_path(run_dir)) if paths.as_path(run_dir).exists() else []
-    return (
-        bool(done)
-        and (steps is None or done[-1] >= steps)
-        and (paths.as_path(run_dir) / run_folders.OPERATIVE_CONFIG_GIN).exists()
-    )
+    return bool(done) and done[-1] >= steps
 
 
 def _eval_record(model: str, task: str, split: str, queries: int | None, candidates: int | None) -> str | None:

@@ -70,10 +70,13 @@ def wordnet_dir(path: str | None = None) -> str:
 
 
 @gin.configurable
-def hard_negatives_file(path: str | None = None) -> str | None:
+def hard_negatives_file(path: str | None = None, refreshed: bool = False) -> str | None:
     """A mined negatives file (`samtone mine`: 'qid \\t did,did,...' or JSON lines) that replaces the
     hard negatives of every task loaded (gin: hard_negatives_file.path = %HARD_NEGATIVES); a
-    `samtone score` file (JSON lines with scores) brings the teacher's scores too."""
+    `samtone score` file (JSON lines with scores) brings the teacher's scores too. `refreshed`: the
+    run's negatives are mined again as it trains (`samtone finetune --refresh_negatives`), so a resume
+    may name another file (a run's batches stay the same; only their negatives change)."""
+    del refreshed  # read from the run's config.gin by training/loop.py's resume check
     return path
 
 

@@ -52,6 +52,7 @@ class Schedule:
     on_corrupt_checkpoint: str = "fallback"
     gin_name: str = "train"  # the configurable of train_steps / batch_size / model_dir (named in errors)
     cadence_name: str | None = None  # the configurable of the rest, when another (train's: schedule)
+    pause_at: int = 0  # a step to save at and stop, as a preemption (0: never; see settings.ScheduleSettings)
 
     def setting(self, field: str) -> str:
         """The gin name of a field, as errors name it."""
@@ -69,6 +70,11 @@ class Schedule:
                 raise BadValueError(f"{self.setting(name)} = {getattr(self, name)}: must be ≥ 1")
         if self.eval_every < 0:
             raise BadValueError(f"{self.setting('eval_every')} = {self.eval_every}: must be ≥ 0 (0: no evaluation)")
+        if not 0 <= self.pause_at < self.train_steps:
+            raise BadValueError(
+                f"{self.setting('pause_at')} = {self.pause_at}: must be a step before "
+                f"{self.setting('train_steps')} = {self.train_steps} (0: never pause)"
+            )
 
 
 @contextlib.contextmanager
@@ -163,13 +169,17 @@ def run(
                 jax.block_until_ready(metrics["loss"])
                 progress.first_step(number, run_clock.seconds())
             progress.record(number, metrics)  # raises on a non-finite loss, naming the last good checkpoint
-            stop = should_stop() and number < schedule.train_steps
+            pause = number == schedule.pause_at
+            stop = (pause or should_stop()) and number < schedule.train_steps
             if stop or number % schedule.checkpoint_every == 0:
                 progress.flush()  # the loss checked finite before its state is saved
             checkpointer.maybe_save(number, state)
             if stop:  # before any eval: a preempted host has seconds, not minutes
                 checkpointer.save(number, state, force=True)
-                log.warning("preempted: saved step %d; rerun the same command to resume", number)
+                if pause:
+                    log.info("paused at step %d (%s): rerun without it to go on", number, schedule.setting("pause_at"))
+                else:
+                    log.warning("preempted: saved step %d; rerun the same command to resume", number)
                 break
             if evaluate and schedule.eval_every and number % schedule.eval_every == 0:
                 log.info("evaluating step %d", number)
@@ -348,6 +358,9 @@ def _check_data_position(model_dir, saved: str, now: str, gin_name: str) -> None
             continue  # not drawing one task a batch: these do not reach the data
         if key == "mixtures.declared":  # only the run's own mixture matters
             then, here = (x.get(task) if isinstance(x, dict) else x for x in (then, here))
+        refreshed = "hard_negatives_file.refreshed"
+        if key == "hard_negatives_file.path" and old.get(refreshed) and new.get(refreshed):
+            continue  # mined again as the run trains: each resume names the newest file
         if then != here:
             differ.append(f"{key}: {then!r} in its config.gin, {here!r} here")
     if differ:

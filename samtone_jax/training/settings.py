@@ -27,14 +27,18 @@ from samtone_jax.tasks.task_batches import TaskBatches
 @dataclasses.dataclass(frozen=True)
 class ScheduleSettings:
     """gin `schedule.*`: every how many steps the run logs, evaluates (0: never) and checkpoints, how
-    many checkpoints it keeps, and what a resume does when the latest is unreadable ('fallback': the
-    newest readable one, the unreadable one moved aside; 'fail': stop)."""
+    many checkpoints it keeps, what a resume does when the latest is unreadable ('fallback': the
+    newest readable one, the unreadable one moved aside; 'fail': stop), and a step to pause at
+    (pause_at: saved there and stopped, as a preemption; the learning-rate schedule is still the whole
+    run's, so a rerun without it goes on as if never paused: `samtone finetune` mines hard negatives
+    again with the run's own weights at each pause; 0: never)."""
 
     checkpoint_every: int = 1000
     keep_checkpoints: int = 3
     log_every: int = 100
     eval_every: int = 0
     on_corrupt_checkpoint: str = "fallback"
+    pause_at: int = 0
 
 
 @gin.configurable("inputs")

@@ -259,6 +259,7 @@ def train(
         cadence.eval_every,
         cadence.on_corrupt_checkpoint,
         cadence_name="schedule",
+        pause_at=cadence.pause_at,
     )
     evaluation = Evaluation(every=cadence.eval_every, guard=bool(guard and guard.tasks))
     spec = InputSpec(
