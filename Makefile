@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONHASHSEED := 0
 
-.PHONY: venv wordnet mpnet test test-fast demo lint format lock clean
+.PHONY: venv venv-cuda12 wordnet mpnet test test-fast demo lint format lock clean
 
 venv: $(VENV)/.installed
 
@@ -17,6 +17,13 @@ $(VENV)/.installed: requirements.lock setup.py
 	$(PY) -m pip install --quiet -r requirements.lock
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	touch $@
+
+# An NVIDIA GPU machine: the venv above plus jax's CUDA 12 plugin and its NVIDIA wheels, pinned in
+# requirements-cuda12.lock (torch stays the CPU build: only the parity tests and the peers' benchmarks
+# use it). Then `python -c 'import jax; print(jax.devices())'` lists the GPUs, and
+# benchmarks/on_accelerator.sh runs the speed benchmarks there.
+venv-cuda12: venv
+	$(PY) -m pip install --quiet -r requirements-cuda12.lock
 
 # WordNet 3.0 database files (Debian's wordnet-base): the demo's data and a real-data test.
 wordnet:
