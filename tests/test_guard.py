@@ -43,8 +43,11 @@ def test_guard_settings_refuse_what_cannot_be_measured(wordnet_env):
 
 
 def test_a_guarded_run_records_the_starting_score_and_reports_retention(
-    tmp_path, tiny_bert_import, wordnet_env, capsys
+    tmp_path, tiny_bert_import, wordnet_env, capsys, caplog, monkeypatch
 ):
+    from samtone_jax.checkpoints import pretrained
+
+    monkeypatch.setattr(pretrained, "cache_dir", lambda: str(tmp_path / "cache"))
     declared = _guard_task(tmp_path, wordnet_env)
     imported = tmp_path / "import"  # a copy: eval writes into the model's folder
     shutil.copytree(tiny_bert_import[1], imported)
@@ -78,6 +81,20 @@ def test_a_guarded_run_records_the_starting_score_and_reports_retention(
     assert cli.main(tiny_bert_train_argv(run, bert, steps=4, extra=extra)) == 0
     final = dict(re.findall(r"(guard/other/\w+) ([\d.e+-]+)", capsys.readouterr().out.splitlines()[-1]))
     assert float(final["guard/other/retention"]) == pytest.approx(float(final["guard/other/RR"]) / 0.5, rel=1e-3)
+    # Another run from the same weights and guard (a new MODEL_DIR) reads the starting score from the
+    # user's cache instead of encoding the guard's texts before its first step; another sample does not.
+    (cached,) = (tmp_path / "cache" / "guard_baselines").iterdir()
+    assert json.loads(cached.read_text())["baseline"] == record["baseline"]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="samtone_jax.evaluation.guard"):
+        assert cli.main(tiny_bert_train_argv(tmp_path / "run2", bert, steps=1, extra=extra)) == 0
+    assert f"guard: the starting model's RR (recorded in {cached})" in caplog.text
+    assert json.loads((tmp_path / "run2" / "guard.json").read_text())["baseline"] == record["baseline"]
+    caplog.clear()
+    other = [f"--gin_file={declared}", "--guard=other", "--gin.guard.max_queries=10", "--gin.guard.candidates=40"]
+    with caplog.at_level("INFO", logger="samtone_jax.evaluation.guard"):
+        assert cli.main(tiny_bert_train_argv(tmp_path / "run3", bert, steps=1, extra=other)) == 0
+    assert "recorded in" not in caplog.text and len(list((tmp_path / "cache" / "guard_baselines").iterdir())) == 2
 
 
 def test_a_guard_on_the_training_task_is_refused(tmp_path, tiny_bert_import, wordnet_env, capsys):

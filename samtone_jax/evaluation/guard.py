@@ -4,16 +4,22 @@ A fine-tune that doubles its in-domain P@1 can lose a quarter of its retrieval q
 did not train on. The guard measures that while training: retrieval metrics on tasks the run does not
 train on (gin `guard.tasks`, `samtone train --guard`), at the model's serving lengths, on a fixed
 sample (`guard.max_queries` queries ranked among `guard.candidates` documents, gold ones kept). The
-starting model's scores are measured once, before the first step, and kept in MODEL_DIR/guard.json;
-every in-training evaluation and the end of the run log `guard/<task>/<measure>` and
-`guard/<task>/retention` (the score ÷ the starting model's), and the run's last line says them.
+starting model's scores are measured once, before the first step, and kept in MODEL_DIR/guard.json
+(and in the user's cache, keyed by the content they depend on: the starting weights, the model, the
+sample's tokens and relevance, the settings and the backend, so another run from the same weights and
+guard, a rerun of the demo or of `samtone finetune` into a new --out, reads them instead of encoding
+the guard's texts again before its first step); every in-training evaluation and the end of the run
+log `guard/<task>/<measure>` and `guard/<task>/retention` (the score ÷ the starting model's), and the
+run's last line says them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
+import os
 from collections.abc import Callable
 
 import gin
@@ -82,6 +88,7 @@ class Guard:
                 "keeps elsewhere; name tasks it does not train on"
             )
         self.settings, self.measure = settings, settings.measure
+        self.model_text = repr(model)  # the module and its config: part of the starting scores' cache key
         self.evals = {
             task: RetrievalEval(
                 model,
@@ -115,12 +122,49 @@ class Guard:
             if recorded.get("measure") == self.measure and set(recorded.get("baseline", {})) >= set(self.evals):
                 self.baseline = {t: recorded["baseline"][t] for t in self.evals}
                 return
-        scores = self.scores(starting_params())
-        self.baseline = {task: scores[f"guard/{task}/{self.measure}"] for task in self.evals}
+        params = starting_params()
+        cached = self._cache_path(params)
+        if cached is not None and os.path.exists(cached):
+            with open(cached) as f:
+                self.baseline = json.load(f)["baseline"]
+            log.info("guard: the starting model's %s (recorded in %s): %s", self.measure, cached, self.baseline)
+        else:
+            scores = self.scores(params)
+            self.baseline = {task: scores[f"guard/{task}/{self.measure}"] for task in self.evals}
+            log.info("guard: the starting model's %s: %s", self.measure, self.baseline)
         if jax.process_index() == 0:
             record = {"measure": self.measure, "baseline": self.baseline, "settings": dataclasses.asdict(self.settings)}
             write_atomic(path, json.dumps(record, indent=1))
-        log.info("guard: the starting model's %s: %s", self.measure, self.baseline)
+            if cached is not None and not os.path.exists(cached):
+                os.makedirs(os.path.dirname(cached), exist_ok=True)
+                write_atomic(cached, json.dumps(record, indent=1))
+
+    def _cache_path(self, params) -> str | None:
+        """Where the starting scores of `params` on this guard are cached: a file named by the sha256 of
+        everything they depend on; None where the weights are not all on this host (multi-host)."""
+        from samtone_jax.checkpoints import pretrained
+
+        leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+        if not all(getattr(leaf, "is_fully_addressable", True) for _, leaf in leaves):
+            return None
+        import numpy as np
+
+        digest = hashlib.sha256()
+        for part in (self.model_text, jax.default_backend(), json.dumps(dataclasses.asdict(self.settings))):
+            digest.update(part.encode() + b"\0")
+        for key, leaf in leaves:
+            value = np.asarray(jax.device_get(leaf))
+            digest.update(f"{jax.tree_util.keystr(key)} {value.dtype} {value.shape}".encode())
+            digest.update(np.ascontiguousarray(value).tobytes())
+        for task in sorted(self.evals):
+            evaluator = self.evals[task]
+            digest.update(f"{task} {evaluator.name} {evaluator.k}".encode())
+            for tokens in (evaluator.query_tokens, evaluator.doc_tokens):
+                digest.update(f"{tokens.dtype} {tokens.shape}".encode() + np.ascontiguousarray(tokens).tobytes())
+            relevance = [evaluator.query_ids, evaluator.doc_ids, sorted(map(str, evaluator.measures))]
+            relevance.append({q: sorted(evaluator.qrels[q].items()) for q in evaluator.query_ids})
+            digest.update(json.dumps(relevance, sort_keys=True, default=str).encode())
+        return os.path.join(pretrained.cache_dir(), "guard_baselines", f"{digest.hexdigest()}.json")
 
     def __call__(self, params) -> dict[str, float]:
         metrics = self.scores(params)
