@@ -97,6 +97,10 @@ def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet
     (earlier,) = (tmp_path / "hard" / "run" / "config_history").iterdir()  # the first stage's, step 0's file
     assert gin_config.read_bindings(earlier.read_text())["schedule.pause_at"] == 1
     assert str(mined).replace("step1", "step0") in earlier.read_text()
+    # Rerun: every stage found done (the run past each pause), nothing mined or trained again.
+    done = {p: p.stat().st_mtime_ns for p in [mined, *(tmp_path / "hard" / "run" / "checkpoints").iterdir()]}
+    assert cli.main([*argv, *extra, "--teacher_weight=0.5"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in [mined, *(tmp_path / "hard" / "run" / "checkpoints").iterdir()]} == done
     assert config["inputs.teacher_embeddings"] == str(tmp_path / "hard" / "teacher_embeddings")
     assert config["objective.embedding_distillation_weight"] == 0.5
     taught = json.loads((tmp_path / "hard" / "teacher_embeddings" / "documents" / "manifest.json").read_text())

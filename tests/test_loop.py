@@ -51,12 +51,22 @@ def _toy(seen, nan_at=None, sigterm_at=None, inf_grad_at=None):
     return init_state, batches, step
 
 
-def _run(model_dir, steps=6, pause_at=0, **toy):
+def _run(model_dir, steps=6, pause_at=0, evaluated=None, **toy):
     seen = []
-    schedule = loop.Schedule(train_steps=steps, global_batch=1, checkpoint_every=2, log_every=1, pause_at=pause_at)
+    every = 3 if evaluated is not None else 0
+    schedule = loop.Schedule(
+        train_steps=steps, global_batch=1, checkpoint_every=2, log_every=1, pause_at=pause_at, eval_every=every
+    )
     init_state, batches, step = _toy(seen, **toy)
+
+    def evaluate(state):
+        evaluated.append(int(state["step"]))
+        return {"retrieval/RR": 0.5}
+
     with loop.run_directory(str(model_dir), None, schedule, "# toy\n") as directory:
-        metrics = loop.run(directory, schedule, init_state=init_state, batches=batches, step=step)
+        metrics = loop.run(
+            directory, schedule, init_state=init_state, batches=batches, step=step, evaluate=evaluate if every else None
+        )
     return metrics, seen
 
 
@@ -88,10 +98,11 @@ def test_a_pause_saves_and_stops_there_and_the_rerun_ends_where_the_straight_run
     rerun without it goes on with the whole run's schedule to the uninterrupted parameters."""
     monkeypatch.setattr(loop, "check_existing_run", lambda *a, **k: None)
     _run(tmp_path / "straight")
-    _, seen = _run(tmp_path / "paused", pause_at=3)
-    assert _saved(tmp_path / "paused") == [2, 3] and seen == [0]
-    _, seen = _run(tmp_path / "paused", pause_at=3)  # the same command again: past the pause, on to the end
-    assert seen == [3] and _saved(tmp_path / "paused")[-1] == 6
+    evaluated = []
+    _, seen = _run(tmp_path / "paused", pause_at=3, evaluated=evaluated)
+    assert _saved(tmp_path / "paused") == [2, 3] and seen == [0] and evaluated == [3]  # the pause step's eval ran
+    _, seen = _run(tmp_path / "paused", pause_at=3, evaluated=evaluated)  # the same command: on to the end
+    assert seen == [3] and _saved(tmp_path / "paused")[-1] == 6 and evaluated == [3, 6]  # step 3 not again
     np.testing.assert_array_equal(_w(tmp_path / "paused", 6), _w(tmp_path / "straight", 6))
 
 

@@ -102,6 +102,8 @@ def test_the_hubs_older_config_keys_give_the_same_tower(tiny_folder, tmp_path):
     old |= dict(global_attn_every_n_layers=config.global_attention_every)
     old |= dict(global_rope_theta=config.global_rope_theta, local_rope_theta=config.local_rope_theta)
     assert config_from_hf(old, "old") == config
+    nulled = config_from_hf({**old, "local_rope_theta": None}, "old")  # transformers 4.x: null = the global theta
+    assert nulled.local_rope_theta == config.global_rope_theta
 
 
 def test_a_packed_modernbert_row_gives_each_text_its_own_positions_and_window(tiny_folder):

@@ -273,7 +273,7 @@ def fine_tune(args, bindings) -> Outcome:
     if guards:
         train += ["--guard", *guards, f"--gin.guard.max_queries={args.guard_queries}"]
         train += [f"--gin.guard.candidates={args.guard_candidates}"]
-    total = _total_steps(args.steps, given)
+    total = _total_steps(args.steps, list(args.gin_file), given)
     for start, pause in _stages(total, args.refresh_negatives if args.hard_negatives else 0):
         if _complete(run_dir, pause or total):
             continue
@@ -451,14 +451,15 @@ def _is_samtone(path: str) -> bool:
     return (root / run_folders.MODEL_GIN).exists() or (root / run_folders.EXPORT_JSON).exists()
 
 
-def _total_steps(steps: int | None, given: list[str]) -> int:
-    """The run's length: --steps, else a TRAIN_STEPS / train.train_steps binding given, else the recipe's."""
+def _total_steps(steps: int | None, gin_files: list[str], given: list[str]) -> int:
+    """The run's length as its train step reads it: --steps, else the recipe's TRAIN_STEPS /
+    train.train_steps as your gin files (in order) and bindings leave it."""
     from samtone_jax.config import gin_config
 
     if steps:
         return steps
-    text = (gin_config.GIN_CONFIGS_DIR / RECIPE).read_text() + "".join(f"\n{b}" for b in given)
-    return int(gin_config.read_bindings(text)["train.train_steps"])
+    texts = [open(gin_config.resolve_gin_file(f)).read() for f in (RECIPE, *gin_files)]
+    return int(gin_config.read_bindings("\n".join([*texts, *given]))["train.train_steps"])
 
 
 def _stages(total: int, every: int) -> list[tuple[int, int]]:

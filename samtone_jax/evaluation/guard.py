@@ -16,6 +16,7 @@ run's last line says them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -30,6 +31,23 @@ from samtone_jax.core.atomic_file import write_atomic
 from samtone_jax.core.errors import BadValueError
 
 log = logging.getLogger(__name__)
+# Starting weights larger than this (a T5.1.1 XL's 3 B parameters and up) are not hashed for the cache
+# of starting scores: they are measured again, as before the cache.
+MAX_HASHED_BYTES = 4 << 30
+
+
+@functools.cache
+def _code_digest() -> str:
+    """The sha256 of the package's source: any change to the code that scores (towers, pooling,
+    search, metrics) makes the cached starting scores another key's."""
+    digest = hashlib.sha256()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(f for f in files if f.endswith(".py")):
+            with open(os.path.join(folder, name), "rb") as f:
+                digest.update(name.encode() + f.read())
+    return digest.hexdigest()
 
 
 @gin.configurable("guard")
@@ -141,16 +159,18 @@ class Guard:
 
     def _cache_path(self, params) -> str | None:
         """Where the starting scores of `params` on this guard are cached: a file named by the sha256 of
-        everything they depend on; None where the weights are not all on this host (multi-host)."""
+        everything they depend on (the package's code and jax's version too); None on several hosts
+        or for weights over MAX_HASHED_BYTES (measured each time)."""
         from samtone_jax.checkpoints import pretrained
 
         leaves = jax.tree_util.tree_flatten_with_path(params)[0]
-        if not all(getattr(leaf, "is_fully_addressable", True) for _, leaf in leaves):
+        if jax.process_count() > 1 or sum(leaf.size * leaf.dtype.itemsize for _, leaf in leaves) > MAX_HASHED_BYTES:
             return None
         import numpy as np
 
         digest = hashlib.sha256()
-        for part in (self.model_text, jax.default_backend(), json.dumps(dataclasses.asdict(self.settings))):
+        code = (_code_digest(), jax.__version__, jax.default_backend())
+        for part in (*code, self.model_text, json.dumps(dataclasses.asdict(self.settings))):
             digest.update(part.encode() + b"\0")
         for key, leaf in leaves:
             value = np.asarray(jax.device_get(leaf))

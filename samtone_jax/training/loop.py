@@ -169,17 +169,14 @@ def run(
                 jax.block_until_ready(metrics["loss"])
                 progress.first_step(number, run_clock.seconds())
             progress.record(number, metrics)  # raises on a non-finite loss, naming the last good checkpoint
-            pause = number == schedule.pause_at
-            stop = (pause or should_stop()) and number < schedule.train_steps
-            if stop or number % schedule.checkpoint_every == 0:
+            pause = number == schedule.pause_at and number < schedule.train_steps
+            stop = should_stop() and number < schedule.train_steps
+            if stop or pause or number % schedule.checkpoint_every == 0:
                 progress.flush()  # the loss checked finite before its state is saved
             checkpointer.maybe_save(number, state)
             if stop:  # before any eval: a preempted host has seconds, not minutes
                 checkpointer.save(number, state, force=True)
-                if pause:
-                    log.info("paused at step %d (%s): rerun without it to go on", number, schedule.setting("pause_at"))
-                else:
-                    log.warning("preempted: saved step %d; rerun the same command to resume", number)
+                log.warning("preempted: saved step %d; rerun the same command to resume", number)
                 break
             if evaluate and schedule.eval_every and number % schedule.eval_every == 0:
                 log.info("evaluating step %d", number)
@@ -195,6 +192,10 @@ def run(
                     )
                     log.warning("stopped during the eval at step %d: saved it; %s", number, rerun)
                     break
+            if pause:  # after the step's eval (a resume does not run it again)
+                checkpointer.save(number, state, force=True)
+                log.info("paused at step %d (%s): rerun without it to go on", number, schedule.setting("pause_at"))
+                break
         else:
             checkpointer.save(schedule.train_steps, state, force=True)
             if on_finish is not None:
@@ -358,9 +359,9 @@ def _check_data_position(model_dir, saved: str, now: str, gin_name: str) -> None
             continue  # not drawing one task a batch: these do not reach the data
         if key == "mixtures.declared":  # only the run's own mixture matters
             then, here = (x.get(task) if isinstance(x, dict) else x for x in (then, here))
-        refreshed = "hard_negatives_file.refreshed"
-        if key == "hard_negatives_file.path" and old.get(refreshed) and new.get(refreshed):
-            continue  # mined again as the run trains: each resume names the newest file
+        refreshed = ("hard_negatives_file.refreshed", f"{DATA_GROUPS.get(gin_name, (gin_name,))[0]}.negatives_fallback")
+        if key == "hard_negatives_file.path" and all(x.get(k) for x in (old, new) for k in refreshed):
+            continue  # mined again as the run trains, every query kept (fallback): each resume names the newest file
         if then != here:
             differ.append(f"{key}: {then!r} in its config.gin, {here!r} here")
     if differ:

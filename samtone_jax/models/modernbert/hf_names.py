@@ -89,7 +89,11 @@ def _theta(hf: dict, kind: str, old_key: str, default: float, where: str) -> flo
             f"{where}: {kind} rotary embeddings of type {parameters.get('rope_type')!r} "
             f"(rope_scaling {hf.get('rope_scaling')!r}); the ModernBERT tower computes the default (unscaled) RoPE"
         )
-    return float(parameters.get("rope_theta", hf.get(old_key, default)))
+    if "rope_theta" in parameters:
+        return float(parameters["rope_theta"])
+    if old_key in hf and hf[old_key] is None and kind == LOCAL:  # transformers 4.x: null = the global theta
+        return _theta(hf, GLOBAL, "global_rope_theta", 160_000.0, where)
+    return float(hf.get(old_key, default))
 
 
 def config_from_hf(hf: dict, where: str) -> ModernBertConfig:

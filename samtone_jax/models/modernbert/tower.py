@@ -261,8 +261,8 @@ class ModernBertEncoder(nn.Module):
         _, positions, masked = text_layout(tokens, segment_ids)
         x = Norm(cfg, name="embedding_norm")(jnp.take(words, tokens, axis=0))
         x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
-        offsets = np.arange(length)
-        far = np.abs(offsets[None, :] - offsets[:, None]) > cfg.window  # static [L, L]
+        offsets = jnp.arange(length)
+        far = jnp.abs(offsets[None, :] - offsets[:, None]) > cfg.window  # [L, L], built on the device
         contexts = {
             GLOBAL: (jnp.where(masked, jnp.float32(-1e10), jnp.float32(0.0)),)
             + rotary(positions, cfg.head_dim, cfg.global_rope_theta),
