@@ -4,6 +4,7 @@ dense, the file the tasks read back)."""
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -73,7 +74,7 @@ def test_bm25_mining_writes_the_file_the_tasks_read(tmp_path):
     assert json.load(open(out + ".json"))["false_negative_filter"]["max_score"] == -1
 
 
-def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
+def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env, caplog):
     from samtone_jax.cli import gin_registry
     from samtone_jax.data.input_spec import InputSpec
     from samtone_jax.tasks import catalogue, registration
@@ -107,6 +108,11 @@ def test_mined_file_attaches_to_a_task_through_gin(tmp_path, wordnet_env):
         other = tmp_path / "other.tsv"  # a file of another task: no query of this one has any
         other.write_text(f"not_a_query\t{docs[0]}\n")
         gin_registry.parse([], [f"hard_negatives_file.path = '{other}'"])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):  # read by a guard or an eval beside its task: not warned about
+            unrelated = catalogue.collection("wordnet_definitions", "all")
+        assert unrelated.hard_negatives == {} and "negatives" not in caplog.text
+        assert unrelated.stats["negatives_rows_of_other_queries"] == 0
         with pytest.raises(BadValueError, match="no query has a hard negative"):
             registration.examples("wordnet_definitions", "all", InputSpec(num_negatives=1, negatives_fallback=True))
     finally:

@@ -25,6 +25,7 @@ is the InputSpec's given to tasks/registration.register (gin VOCABULARY), the pu
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 
@@ -35,6 +36,8 @@ from samtone_jax.core.errors import BadValueError
 from samtone_jax.data import msmarco, multireqa, wordnet
 from samtone_jax.data.collection import RetrievalCollection
 from samtone_jax.tasks import declared
+
+log = logging.getLogger(__name__)
 
 BEIR_DATASETS = (
     "arguana",
@@ -209,14 +212,18 @@ def _load_cached(name: str, split: str, skip_bad_records: bool, root_key: str, n
         from samtone_jax.data import teacher_scores
 
         mined, scores = teacher_scores.read(negatives, collection.stats, skip_bad_records)
-        missing = sum(d not in collection.corpus for ds in mined.values() for d in ds)
-        if missing:
-            collection.stats["negatives_with_missing_document"] += missing
-        # rows of queries this task does not have (another split's, a mixture's other task's): counted
-        collection.stats["negatives_rows_of_other_queries"] += sum(q not in collection.queries for q in mined)
-        collection.hard_negatives = {
-            q: [d for d in ds if d in collection.corpus] for q, ds in mined.items() if q in collection.queries
-        }
+        ours = {q: ds for q, ds in mined.items() if q in collection.queries}
+        if mined and not ours:  # another task's file (a guard or an eval beside the training task): not this one's
+            log.info(
+                "%s/%s: none of the %s queries of %s is this task's: not used here", name, split, len(mined), negatives
+            )
+        else:
+            missing = sum(d not in collection.corpus for ds in ours.values() for d in ds)
+            if missing:
+                collection.stats["negatives_with_missing_document"] += missing
+            # rows of queries this task does not have (another split's, a mixture's other task's): counted
+            collection.stats["negatives_rows_of_other_queries"] += len(mined) - len(ours)
+        collection.hard_negatives = {q: [d for d in ds if d in collection.corpus] for q, ds in ours.items()}
         collection.teacher_scores = {q: t for q, t in scores.items() if q in collection.queries}
     collection.check(f"{name}/{split}")
     collection.stats.report(f"{name}/{split}")

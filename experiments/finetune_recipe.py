@@ -1,0 +1,179 @@
+"""What each part of `samtone finetune`'s recipe buys in-domain and costs on a guard, over seeds: the
+README's own-data stand-in (every 10th WordNet example -> definition pair, 4,834 pairs; 483 queries
+held out by the md5 rule) fine-tuned from all-MiniLM-L6-v2, guarded on MultiReQA-SQuAD (500 test
+questions among 5,000 sentences), each arm one `samtone finetune` a seed (train.seed):
+
+  plain        the recipe's defaults (500 steps, batch 64, Adafactor 1e-3, 32 / 48 training tokens)
+  lr3e-4       the same at a third of the learning rate
+  wise0.8      plain's run mixed with the base, 0.8 x run + 0.2 x base (the α `--wise_ft` picked on
+               seed 0's dev queries), no training of its own: `samtone average` and two evaluations
+  hn_refresh   + one mined hard negative a query (relative margin 0.05), mined by the base, then
+               again by the run's own weights at step 250 (--hard_negatives 1 --refresh_negatives 250)
+  hn_wise0.8   hn_refresh's run mixed with the base as wise0.8 (the recipe's parts together, no teacher)
+  lora32       LoRA rank 32 on every attention and MLP projection (DualEncoder.lora_rank), rate 1e-2
+
+Both sides are evaluated as `samtone finetune` evaluates them (the base's serving lengths). Reported per
+arm: in-domain and guard P@1 / MRR, mean ± std over seeds, the guard's retention (÷ the base's),
+and paired randomisation tests on the seed-averaged per-query scores, against the base and against
+plain. Resumable: a finished step of an arm is skipped (finetune's own resumption).
+
+  SAMTONE_DATA_DIR=../shared/data .venv/bin/python experiments/finetune_recipe.py --out runs/finetune_recipe
+  # the other direction: MultiReQA-SQuAD's pairs, guarded on WordNet
+  SAMTONE_DATA_DIR=../shared/data .venv/bin/python experiments/finetune_recipe.py --data multireqa_squad_dev \
+      --guard wordnet_definitions --out runs/finetune_recipe_squad
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+from common import parse_into_folder, samtone, seed_average
+
+from samtone_jax.core.run_folders import COMMIT_MARKER
+
+GUARD = "multireqa_squad_dev"
+GUARD_QUERIES, GUARD_CANDIDATES = 500, 5000  # finetune's defaults
+MAX_QUERIES = 2000  # finetune's default
+DATA_TASK = "finetune_data"
+ARMS = {  # arm -> extra `samtone finetune` flags (wise0.8: made from plain, see above)
+    "plain": [],
+    "lr3e-4": ["--learning_rate=3e-4"],
+    "hn_refresh": ["--hard_negatives=1", "--refresh_negatives=250"],
+    "lora32": ["--learning_rate=1e-2", "--gin_bindings=DualEncoder.lora_rank=32"],
+    "wise0.8": None,
+    "hn_wise0.8": None,
+}
+WISE = {"wise0.8": "plain", "hn_wise0.8": "hn_refresh"}  # a mix -> the arm whose run it mixes with the base
+WISE_ALPHA = 0.8
+MEASURES = ("P@1", "RR")
+
+
+def stand_in_pairs(path: str) -> None:
+    """The README's stand-in file: every 10th WordNet (example, definition) pair."""
+    from samtone_jax.tasks import catalogue
+
+    if os.path.exists(path):
+        return
+    c = catalogue.collection("wordnet_definitions", "all")
+    with open(path + ".tmp", "w") as f:
+        for q, d in c.pairs()[::10]:
+            print(json.dumps({"query": c.queries[q], "document": c.corpus[d]}), file=f)
+    os.replace(path + ".tmp", path)
+
+
+def records(model: str, gin: list[str], tasks: list[tuple[str, str, int, int | None]]) -> dict[str, str]:
+    """{task: the eval JSON of `model`} for each (task, split, queries, candidates), evaluated as
+    finetune evaluates (once)."""
+    from samtone_jax.cli.finetune import _eval_record
+
+    found = {}
+    for name, split, queries, candidates in tasks:
+        record = _eval_record(model, name, split, queries, candidates)
+        if record is None:
+            ev = ["eval", *gin, f"--checkpoint={model}", f"--task={name}", f"--split={split}"]
+            ev += [f"--max_queries={queries}"] + ([f"--candidates={candidates}"] if candidates else [])
+            samtone(*ev, log=f"{model}_eval_{name}.log")
+            record = _eval_record(model, name, split, queries, candidates)
+        found[name] = record
+    return found
+
+
+def main() -> None:
+    from common import experiment_parser
+
+    from samtone_jax.evaluation.significance import compare
+
+    parser = experiment_parser(__doc__, "runs/finetune_recipe", budget=False)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--data", default=None, help="a task to fine-tune on (default: the stand-in pairs)")
+    parser.add_argument("--guard", default=GUARD, help="the guard task")
+    args, out = parse_into_folder(parser)
+    arms = ["plain", *(a for a in args.arms if a != "plain")]  # every arm is compared with plain
+    arms += [WISE[a] for a in arms if a in WISE and WISE[a] not in arms]  # a mix needs its run
+    arms.sort(key=lambda a: a in WISE)  # ... made before it
+    from samtone_jax.evaluation.guard import guard_split
+
+    if args.data is None:  # the stand-in file, declared as finetune declares a --data file
+        data, task = f"{out}/pairs.jsonl", DATA_TASK
+        stand_in_pairs(data)
+        declared = f"local_tasks.tasks = {{'{task}': {{'format': 'jsonl', 'path': '{data}', 'test_fraction': 0.1}}}}"
+        gin = [f"--gin_bindings={declared}"]
+    else:
+        data = task = args.data
+        gin = []
+    tasks = [(task, guard_split(task), MAX_QUERIES, None)]
+    tasks += [(args.guard, guard_split(args.guard), GUARD_QUERIES, GUARD_CANDIDATES)]
+    base = f"{out}/base"
+    if not os.path.exists(f"{base}/{COMMIT_MARKER}"):
+        samtone(
+            "import-checkpoint",
+            "--format=sentence-transformers",
+            "--checkpoint=all-MiniLM-L6-v2",
+            f"--out={base}",
+            log=f"{out}/import.log",
+        )
+    evals = {("base", None): records(base, gin, tasks)}
+    for seed in args.seeds:
+        for arm in arms:
+            folder = f"{out}/{arm}_s{seed}"
+            print(f"{arm} seed {seed}", flush=True)
+            if arm in WISE:
+                model = f"{folder}/model"
+                if not os.path.exists(f"{model}/{COMMIT_MARKER}"):
+                    os.makedirs(folder, exist_ok=True)
+                    run = f"{out}/{WISE[arm]}_s{seed}/run"
+                    mix = ["average", "--checkpoint", run, base, "--weights", f"{WISE_ALPHA:g}", f"{1 - WISE_ALPHA:g}"]
+                    samtone(*mix, f"--out={model}", log=f"{folder}/average.log")
+            else:
+                finetune = ["finetune", f"--data={data}", f"--base={base}", f"--out={folder}", "--guard", args.guard]
+                samtone(*finetune, *ARMS[arm], f"--gin_bindings=train.seed={seed}", log=f"{folder}.log")
+                model = f"{folder}/run"
+            evals[arm, seed] = records(model, gin, tasks)
+    report(out, evals, arms, args.seeds, [t[0] for t in tasks], compare)
+
+
+def report(out, evals, arms, seeds, tasks, compare) -> None:
+    os.makedirs(f"{out}/averaged", exist_ok=True)
+    base = evals["base", None]
+    lines = [
+        f"{len(seeds)} seeds ({' '.join(map(str, seeds))}); mean ± std over seeds; p: paired randomisation test on "
+        "the seed-averaged per-query scores",
+        f"{'arm':11s} {'task':22s} {'measure':7s} {'mean':>7s} {'± std':>7s} {'kept':>7s} {'vs base':>8s} "
+        f"{'p':>6s} {'vs plain':>8s} {'p':>6s}",
+    ]
+    summary = {}
+    for task in tasks:
+        base_metrics = json.load(open(base[task]))["metrics"]
+        for m in MEASURES:
+            lines.append(f"{'base':11s} {task:22s} {m:7s} {base_metrics[m]:7.4f}")
+        averaged = {
+            arm: seed_average([evals[arm, s][task] for s in seeds], f"{out}/averaged/{arm}_{task}.json") for arm in arms
+        }
+        for arm in arms:
+            vs_base = compare([base[task], averaged[arm]], measures=list(MEASURES))["measures"]
+            vs_plain = compare([averaged["plain"], averaged[arm]], measures=list(MEASURES))["measures"]
+            for m in MEASURES:
+                values = [json.load(open(evals[arm, s][task]))["metrics"][m] for s in seeds]
+                mean = statistics.fmean(values)
+                std = statistics.stdev(values) if len(values) > 1 else 0.0
+                b, pb = vs_base[m][1]["mean"] - vs_base[m][0]["mean"], vs_base[m][1]["p"]
+                d, pp = vs_plain[m][1]["mean"] - vs_plain[m][0]["mean"], vs_plain[m][1]["p"]
+                plain = f"{d:+8.4f} {pp:6.4f}" if arm != "plain" else ""
+                lines.append(
+                    f"{arm:11s} {task:22s} {m:7s} {mean:7.4f} {std:7.4f} {mean / base_metrics[m]:7.1%} "
+                    f"{b:+8.4f} {pb:6.4f} {plain}"
+                )
+                summary[f"{arm}/{task}/{m}"] = {"mean": mean, "std": std, "seeds": values, "p_base": pb, "p_plain": pp}
+    table = "\n".join(lines)
+    print(table)
+    with open(f"{out}/summary.txt", "w") as f:
+        f.write(table + "\n")
+    with open(f"{out}/summary.json", "w") as f:
+        json.dump(summary, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
