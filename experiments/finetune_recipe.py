@@ -104,6 +104,9 @@ def main() -> None:
     else:
         data = task = args.data
         gin = []
+    from samtone_jax.cli import gin_registry
+
+    gin_registry.parse([], [b.split("=", 1)[1] for b in gin])  # the file's task, declared for guard_split
     tasks = [(task, guard_split(task), MAX_QUERIES, None)]
     tasks += [(args.guard, guard_split(args.guard), GUARD_QUERIES, GUARD_CANDIDATES)]
     base = f"{out}/base"

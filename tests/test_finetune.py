@@ -11,10 +11,11 @@ from conftest import tiny_wordpiece_bert
 from samtone_jax.cli import gin_registry
 from samtone_jax.cli import main as cli
 from samtone_jax.config import gin_config
+from samtone_jax.core import stop_request
 
 
 @pytest.mark.slow
-def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet_env, capsys):
+def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet_env, capsys, monkeypatch):
     from samtone_jax.tasks import catalogue
 
     gin_registry.parse([], [])
@@ -125,6 +126,28 @@ def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet
     assert config["local_tasks.tasks"]["finetune_data"] == dev  # trained without the dev queries
     assert cli.main(argv) == 2  # the same --out without --wise_ft: another recipe
     assert "wise_ft: True then, None now" in capsys.readouterr().err
+    # A stop request (SIGTERM, Ctrl-C) during training: the loop saves its step and returns; finetune
+    # stops there too (exit 2), never evaluating or exporting the half-trained run ...
+    stopped = tmp_path / "stopped"
+    argv[argv.index(f"--out={wise}")] = f"--out={stopped}"
+    with monkeypatch.context() as m:
+        m.setattr(stop_request, "should_stop", lambda: True)
+        assert cli.main([*argv, "--guard", "none"]) == 2
+    assert "trained to step 1 of 2 (a stop request" in capsys.readouterr().err
+    assert not (stopped / "run" / "eval").exists() and not (stopped / "export").exists()
+    # ... and a rerun goes on to the end, then evaluates and exports the last step, not an earlier
+    # step's evaluation or export left in the folder (an earlier release made them after a stop).
+    run = str(stopped / "run")
+    sample = ["--task=finetune_data", "--split=test", "--max_queries=2000", "--gin.create_mesh.num_devices=1"]
+    declared_data = {"finetune_data": {"format": "jsonl", "path": str(data), "test_fraction": 0.5}}
+    sample += [f"--gin_bindings=local_tasks.tasks = {declared_data!r}"]
+    assert cli.main(["eval", f"--checkpoint={run}", *sample]) == 0
+    export = ["export", f"--checkpoint={run}", "--format=sentence-transformers", f"--out={stopped / 'export'}"]
+    assert cli.main(export) == 0
+    assert list((stopped / "run" / "eval").glob("finetune_data_test_step1_*.json"))
+    assert cli.main([*argv, "--guard", "none"]) == 0
+    assert list((stopped / "run" / "eval").glob("finetune_data_test_step2_*.json"))
+    assert json.loads((stopped / "export" / "samtone.json").read_text())["source"]["step"] == 2
 
 
 def test_finetune_refuses_what_it_cannot_measure_before_training(tmp_path, wordnet_env, capsys):

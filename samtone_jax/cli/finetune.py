@@ -292,6 +292,7 @@ def fine_tune(args, bindings) -> Outcome:
             stage += [f"--gin.hard_negatives_file.path='{negatives}'"]
         stage += [f"--gin.schedule.pause_at={pause}"] if pause else []
         _step(stage, "train" if not pause else f"train to step {pause}")
+        _trained_to(run_dir, pause or total)  # a stop request (SIGTERM, Ctrl-C) ends finetune too
     model = run_dir
     if args.wise_ft:  # 4. the run mixed with its base, picked on dev under the guard
         model = str(out / "wise_ft")
@@ -321,8 +322,11 @@ def fine_tune(args, bindings) -> Outcome:
         rows.append((name, split, records))
     # 6. export
     export = str(out / "export")
-    if not (paths.as_path(export) / run_folders.COMMIT_MARKER).exists():
-        _step(["export", f"--checkpoint={model}", "--format=sentence-transformers", f"--out={export}"], "export")
+    if not _exported(export, model):
+        again = ["--overwrite"] if paths.as_path(export).exists() else []  # an earlier, stale one
+        _step(
+            ["export", f"--checkpoint={model}", "--format=sentence-transformers", f"--out={export}", *again], "export"
+        )
     table = _table(rows, task)
     if args.wise_ft:
         alpha = json.loads((paths.as_path(model) / "info.json").read_text())["alpha"]
@@ -479,19 +483,54 @@ def _complete(run_dir: str, steps: int) -> bool:
     return bool(done) and done[-1] >= steps
 
 
+def _trained_to(run_dir: str, steps: int) -> None:
+    """Refuse to go on from a train step that stopped before `steps` (a stop request: the loop saved
+    its last step and returned): evaluating or exporting that run would serve a half-trained model."""
+    from samtone_jax.core import paths, run_folders
+    from samtone_jax.core.errors import StoppedError
+
+    if not _complete(run_dir, steps):
+        done = run_folders.complete_steps(paths.as_path(run_dir))
+        raise StoppedError(
+            f"finetune stopped: {run_dir} was trained to step {done[-1] if done else 0} of {steps} (a stop request: "
+            "SIGTERM or Ctrl-C); its checkpoint is saved: rerun the same command to go on from there"
+        )
+
+
+def _run_step(model: str) -> int | None:
+    """The step a run's evaluation and export read (its latest complete checkpoint); None for a model
+    with no training checkpoints (an import, an export, a mix)."""
+    from samtone_jax.core import paths, run_folders
+
+    done = run_folders.complete_steps(paths.as_path(model)) if paths.as_path(model).exists() else []
+    return done[-1] if done else None
+
+
+def _exported(export: str, model: str) -> bool:
+    """Whether `export` is complete and made from `model` as it is now (a run: from its latest step;
+    an export of an earlier step, left by a stopped run, is stale)."""
+    from samtone_jax.core import paths, run_folders
+
+    folder = paths.as_path(export)
+    if not (folder / run_folders.COMMIT_MARKER).exists():
+        return False
+    step = _run_step(model)
+    return step is None or json.loads((folder / run_folders.EXPORT_JSON).read_text())["source"].get("step") == step
+
+
 def _eval_record(model: str, task: str, split: str, queries: int | None, candidates: int | None) -> str | None:
-    """The eval JSON of `model` on task/split at this sample (evaluation/run.py's name: the latest step
-    of a run), float32 at every dimension; None when there is none yet."""
+    """The eval JSON of `model` on task/split at this sample (evaluation/run.py's name: a run's at its
+    latest step, never an earlier step's), float32 at every dimension; None when there is none yet."""
     from samtone_jax.core import paths
 
     sample = f"_q{queries or 'all'}_c{candidates or 'all'}" if queries or candidates else ""
     plain = re.compile(rf"{re.escape(task)}_{re.escape(split)}(?:_step(\d+))?{re.escape(sample)}")
-    found = []
+    step = _run_step(model)
     for f in paths.as_path(model).glob(f"eval/{task}_{split}*.json"):
         m = plain.fullmatch(f.stem)
-        if m:
-            found.append((int(m.group(1) or -1), str(f)))
-    return max(found)[1] if found else None
+        if m and (m.group(1) is None if step is None else m.group(1) == str(step)):
+            return str(f)
+    return None
 
 
 def _table(rows, task: str) -> str:

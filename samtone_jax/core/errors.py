@@ -30,6 +30,10 @@ class ExistingFileError(UserError, FileExistsError):
     """An output that would overwrite something (pass --overwrite)."""
 
 
+class StoppedError(UserError):
+    """A command stopped on request (SIGTERM, Ctrl-C) before it finished; what it did is saved."""
+
+
 def one_line(e: BaseException) -> str:
     """The message without gin's "In call to configurable ..." suffix."""
     return str(e).split("\n  In call to configurable")[0].strip()
