@@ -11,6 +11,7 @@ questions among 5,000 sentences), each arm one `samtone finetune` a seed (train.
                again by the run's own weights at step 250 (--hard_negatives 1 --refresh_negatives 250)
   hn_wise0.8   hn_refresh's run mixed with the base as wise0.8 (the recipe's parts together, no teacher)
   lora32       LoRA rank 32 on every attention and MLP projection (DualEncoder.lora_rank), rate 1e-2
+               (not run yet: docs/RESULTS.md has the arms that were)
 
 Both sides are evaluated as `samtone finetune` evaluates them (the base's serving lengths). Reported per
 arm: in-domain and guard P@1 / MRR, mean ± std over seeds, the guard's retention (÷ the base's),
