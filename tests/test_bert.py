@@ -315,11 +315,13 @@ def test_a_bert_tower_trains_packed_from_an_import_then_loads_evaluates_and_expo
 
 
 @pytest.mark.slow
-def test_the_demo_fine_tunes_an_import_and_tables_it_before_and_after(wordnet_env, tmp_path, capsys):
+def test_the_demo_fine_tunes_an_import_and_tables_it_before_and_after(wordnet_env, tmp_path, capsys, monkeypatch):
     """`samtone demo`'s pretrained path at test size: a tiny random BERT import stands in for
     all-MiniLM-L6-v2 (the real one is the same code with the wheel's folder: make demo)."""
     from samtone_jax.cli import demo
     from samtone_jax.tasks import catalogue
+
+    monkeypatch.delenv("SAMTONE_DATA_DIR", raising=False)  # no SQuAD here: WordNet alone, so no guard
 
     hf = tiny_wordpiece_bert(tmp_path / "hf", catalogue.collection("wordnet_definitions", "all").texts())
     init = tmp_path / "init"
