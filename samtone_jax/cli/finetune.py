@@ -477,22 +477,18 @@ def _stages(total: int, every: int) -> list[tuple[int, int]]:
 def _complete(run_dir: str, steps: int) -> bool:
     """Whether the run has a complete checkpoint at `steps` or later (a preempted or paused run has
     its operative config too, so the checkpoint decides)."""
-    from samtone_jax.core import paths, run_folders
-
-    done = run_folders.complete_steps(paths.as_path(run_dir)) if paths.as_path(run_dir).exists() else []
-    return bool(done) and done[-1] >= steps
+    done = _run_step(run_dir)
+    return done is not None and done >= steps
 
 
 def _trained_to(run_dir: str, steps: int) -> None:
     """Refuse to go on from a train step that stopped before `steps` (a stop request: the loop saved
     its last step and returned): evaluating or exporting that run would serve a half-trained model."""
-    from samtone_jax.core import paths, run_folders
     from samtone_jax.core.errors import StoppedError
 
     if not _complete(run_dir, steps):
-        done = run_folders.complete_steps(paths.as_path(run_dir))
         raise StoppedError(
-            f"finetune stopped: {run_dir} was trained to step {done[-1] if done else 0} of {steps} (a stop request: "
+            f"finetune stopped: {run_dir} was trained to step {_run_step(run_dir) or 0} of {steps} (a stop request: "
             "SIGTERM or Ctrl-C); its checkpoint is saved: rerun the same command to go on from there"
         )
 
