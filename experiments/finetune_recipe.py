@@ -10,6 +10,10 @@ questions among 5,000 sentences), each arm one `samtone finetune` a seed (train.
   hn_refresh   + one mined hard negative a query (relative margin 0.05), mined by the base, then
                again by the run's own weights at step 250 (--hard_negatives 1 --refresh_negatives 250)
   hn_wise0.8   hn_refresh's run mixed with the base as wise0.8 (the recipe's parts together, no teacher)
+  st_mnrl      the peer: sentence-transformers' own model and MultipleNegativesRankingLoss (query ->
+               document, scale 20) on the same pipeline's batches, 500 steps of 64 at 32 / 48 tokens, with
+               its usual AdamW recipe (lr 5e-5, 10 % warm-up then linear decay, weight decay 0.01, clip
+               1.0: experiments/pretrained_peer.py's st_train), imported and evaluated as the other arms
   lora32       LoRA rank 32 on every attention and MLP projection (DualEncoder.lora_rank), rate 1e-2
                (not run yet: docs/RESULTS.md has the arms that were)
 
@@ -45,7 +49,11 @@ ARMS = {  # arm -> extra `samtone finetune` flags (wise0.8: made from plain, see
     "lora32": ["--learning_rate=1e-2", "--gin_bindings=DualEncoder.lora_rank=32"],
     "wise0.8": None,
     "hn_wise0.8": None,
+    "st_mnrl": None,
 }
+PEER = {"st_mnrl": (("query_to_doc",), "joint")}  # arm -> MultipleNegativesRankingLoss (directions, partition)
+PEER_BUDGET = {"steps": 500, "batch": 64, "learning_rate": 5e-5, "temperature": 0.05}
+TRAIN_LENGTHS = (32, 48)  # finetune's training lengths for a pretrained base
 WISE = {"wise0.8": "plain", "hn_wise0.8": "hn_refresh"}  # a mix -> the arm whose run it mixes with the base
 WISE_ALPHA = 0.8
 MEASURES = ("P@1", "RR")
@@ -67,16 +75,16 @@ def stand_in_pairs(path: str) -> None:
 def records(model: str, gin: list[str], tasks: list[tuple[str, str, int, int | None]]) -> dict[str, str]:
     """{task: the eval JSON of `model`} for each (task, split, queries, candidates), evaluated as
     finetune evaluates (once)."""
-    from samtone_jax.cli.finetune import _eval_record
+    from samtone_jax.cli.finetune_state import eval_record
 
     found = {}
     for name, split, queries, candidates in tasks:
-        record = _eval_record(model, name, split, queries, candidates)
+        record = eval_record(model, name, split, queries, candidates)
         if record is None:
             ev = ["eval", *gin, f"--checkpoint={model}", f"--task={name}", f"--split={split}"]
             ev += [f"--max_queries={queries}"] + ([f"--candidates={candidates}"] if candidates else [])
             samtone(*ev, log=f"{model}_eval_{name}.log")
-            record = _eval_record(model, name, split, queries, candidates)
+            record = eval_record(model, name, split, queries, candidates)
         found[name] = record
     return found
 
@@ -124,7 +132,11 @@ def main() -> None:
         for arm in arms:
             folder = f"{out}/{arm}_s{seed}"
             print(f"{arm} seed {seed}", flush=True)
-            if arm in WISE:
+            if arm in PEER:
+                model = f"{folder}/model"
+                if not os.path.exists(f"{model}/{COMMIT_MARKER}"):
+                    peer_train(base, task, seed, PEER[arm], folder)
+            elif arm in WISE:
                 model = f"{folder}/model"
                 if not os.path.exists(f"{model}/{COMMIT_MARKER}"):
                     os.makedirs(folder, exist_ok=True)
@@ -137,6 +149,37 @@ def main() -> None:
                 model = f"{folder}/run"
             evals[arm, seed] = records(model, gin, tasks)
     report(out, evals, arms, args.seeds, [t[0] for t in tasks], compare)
+
+
+def peer_train(base: str, task: str, seed: int, loss: tuple, folder: str) -> None:
+    """sentence-transformers' fine-tune of all-MiniLM-L6-v2 into FOLDER/st, imported as FOLDER/model."""
+    import argparse
+
+    from pretrained_peer import st_train
+
+    from samtone_jax.checkpoints import pretrained
+
+    st_folder = f"{folder}/st"
+    if not os.path.exists(f"{st_folder}/modules.json"):
+        budget = argparse.Namespace(**PEER_BUDGET)
+        st_train(
+            pretrained.folder(pretrained.NAME),
+            f"{base}/tokenizer.json",
+            task,
+            budget,
+            seed,
+            loss,
+            st_folder,
+            TRAIN_LENGTHS,
+        )
+    samtone(
+        "import-checkpoint",
+        "--format=sentence-transformers",
+        f"--checkpoint={st_folder}",
+        f"--out={folder}/model",
+        "--overwrite",
+        log=f"{folder}/import.log",
+    )
 
 
 def report(out, evals, arms, seeds, tasks, compare) -> None:

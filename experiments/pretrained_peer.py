@@ -69,8 +69,10 @@ MEASURES = ("P@1", "RR")
 WEIGHT_DECAY, WARMUP = 0.01, 0.1
 
 
-def st_train(folder, tokenizer_json, task, args, seed, st_loss, out_folder):
-    """Fine-tune with sentence-transformers' model and loss on our pipeline's batches; save to out_folder."""
+def st_train(folder, tokenizer_json, task, args, seed, st_loss, out_folder, lengths=None):
+    """Fine-tune with sentence-transformers' model and loss on our pipeline's batches of `task` (at its
+    TASKS lengths unless `lengths` (query, document) are given), args' budget (steps, batch,
+    learning_rate, temperature); save to out_folder."""
     import numpy as np
     import torch
     from sentence_transformers import SentenceTransformer
@@ -80,7 +82,7 @@ def st_train(folder, tokenizer_json, task, args, seed, st_loss, out_folder):
     from samtone_jax.data.input_spec import InputSpec
     from samtone_jax.tasks import registration
 
-    query_length, doc_length, _, _ = TASKS[task]
+    query_length, doc_length = lengths or TASKS[task][:2]
     spec = InputSpec(tokenizer_json, query_length, doc_length)
     registration.register(spec)
     batches = pipeline.train_dataset(task, "train", spec, batch_size=args.batch, seed=seed).as_numpy_iterator()

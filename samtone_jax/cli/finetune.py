@@ -34,9 +34,8 @@ import argparse
 import dataclasses
 import json
 import logging
-import re
 
-from samtone_jax.cli import flags, runtime
+from samtone_jax.cli import finetune_state, flags, runtime
 
 log = logging.getLogger(__name__)
 
@@ -274,8 +273,8 @@ def fine_tune(args, bindings) -> Outcome:
         train += ["--guard", *guards, f"--gin.guard.max_queries={args.guard_queries}"]
         train += [f"--gin.guard.candidates={args.guard_candidates}"]
     total = _total_steps(args.steps, list(args.gin_file), given)
-    for start, pause in _stages(total, args.refresh_negatives if args.hard_negatives else 0):
-        if _complete(run_dir, pause or total):
+    for start, pause in finetune_state.stages(total, args.refresh_negatives if args.hard_negatives else 0):
+        if finetune_state.complete(run_dir, pause or total):
             continue
         stage = list(train)
         if args.hard_negatives:  # mined by the base, then (refreshed) by the run at each pause
@@ -292,7 +291,7 @@ def fine_tune(args, bindings) -> Outcome:
             stage += [f"--gin.hard_negatives_file.path='{negatives}'"]
         stage += [f"--gin.schedule.pause_at={pause}"] if pause else []
         _step(stage, "train" if not pause else f"train to step {pause}")
-        _trained_to(run_dir, pause or total)  # a stop request (SIGTERM, Ctrl-C) ends finetune too
+        finetune_state.trained_to(run_dir, pause or total)  # a stop request (SIGTERM, Ctrl-C) ends finetune too
     model = run_dir
     if args.wise_ft:  # 4. the run mixed with its base, picked on dev under the guard
         model = str(out / "wise_ft")
@@ -314,15 +313,15 @@ def fine_tune(args, bindings) -> Outcome:
         for evaluated in (base, model):
             ev = ["eval", *gin, f"--checkpoint={evaluated}", f"--task={name}", f"--split={split}"]
             ev += [f"--max_queries={queries}"] + ([f"--candidates={candidates}"] if candidates else [])
-            record = _eval_record(evaluated, name, split, queries, candidates)
+            record = finetune_state.eval_record(evaluated, name, split, queries, candidates)
             if record is None:
                 _step(ev, f"evaluation of {evaluated} on {name}/{split}")
-                record = _eval_record(evaluated, name, split, queries, candidates)
+                record = finetune_state.eval_record(evaluated, name, split, queries, candidates)
             records.append(record)
         rows.append((name, split, records))
     # 6. export
     export = str(out / "export")
-    if not _exported(export, model):
+    if not finetune_state.exported(export, model):
         again = ["--overwrite"] if paths.as_path(export).exists() else []  # an earlier, stale one
         _step(
             ["export", f"--checkpoint={model}", "--format=sentence-transformers", f"--out={export}", *again], "export"
@@ -464,69 +463,6 @@ def _total_steps(steps: int | None, gin_files: list[str], given: list[str]) -> i
         return steps
     texts = [open(gin_config.resolve_gin_file(f)).read() for f in (RECIPE, *gin_files)]
     return int(gin_config.read_bindings("\n".join([*texts, *given]))["train.train_steps"])
-
-
-def _stages(total: int, every: int) -> list[tuple[int, int]]:
-    """(first step, step to pause at or 0 for the end) of each stage between negative refreshes."""
-    if not every:
-        return [(0, 0)]
-    starts = list(range(0, total, every))
-    return [(start, start + every if start + every < total else 0) for start in starts]
-
-
-def _complete(run_dir: str, steps: int) -> bool:
-    """Whether the run has a complete checkpoint at `steps` or later (a preempted or paused run has
-    its operative config too, so the checkpoint decides)."""
-    done = _run_step(run_dir)
-    return done is not None and done >= steps
-
-
-def _trained_to(run_dir: str, steps: int) -> None:
-    """Refuse to go on from a train step that stopped before `steps` (a stop request: the loop saved
-    its last step and returned): evaluating or exporting that run would serve a half-trained model."""
-    from samtone_jax.core.errors import StoppedError
-
-    if not _complete(run_dir, steps):
-        raise StoppedError(
-            f"finetune stopped: {run_dir} was trained to step {_run_step(run_dir) or 0} of {steps} (a stop request: "
-            "SIGTERM or Ctrl-C); its checkpoint is saved: rerun the same command to go on from there"
-        )
-
-
-def _run_step(model: str) -> int | None:
-    """The step a run's evaluation and export read (its latest complete checkpoint); None for a model
-    with no training checkpoints (an import, an export, a mix)."""
-    from samtone_jax.core import paths, run_folders
-
-    done = run_folders.complete_steps(paths.as_path(model)) if paths.as_path(model).exists() else []
-    return done[-1] if done else None
-
-
-def _exported(export: str, model: str) -> bool:
-    """Whether `export` is complete and made from `model` as it is now (a run: from its latest step;
-    an export of an earlier step, left by a stopped run, is stale)."""
-    from samtone_jax.core import paths, run_folders
-
-    folder = paths.as_path(export)
-    if not (folder / run_folders.COMMIT_MARKER).exists():
-        return False
-    step = _run_step(model)
-    return step is None or json.loads((folder / run_folders.EXPORT_JSON).read_text())["source"].get("step") == step
-
-
-def _eval_record(model: str, task: str, split: str, queries: int | None, candidates: int | None) -> str | None:
-    """The eval JSON of `model` on task/split at this sample (evaluation/run.py's name: a run's at its
-    latest step, never an earlier step's), float32 at every dimension; None when there is none yet."""
-    from samtone_jax.core import paths
-
-    sample = f"_q{queries or 'all'}_c{candidates or 'all'}" if queries or candidates else ""
-    plain = re.compile(rf"{re.escape(task)}_{re.escape(split)}(?:_step(\d+))?{re.escape(sample)}")
-    step = _run_step(model)
-    for f in paths.as_path(model).glob(f"eval/{task}_{split}*.json"):
-        m = plain.fullmatch(f.stem)
-        if m and (m.group(1) is None if step is None else m.group(1) == str(step)):
-            return str(f)
-    return None
 
 
 def _table(rows, task: str) -> str:
