@@ -41,6 +41,7 @@ from samtone_jax.cli import gin_registry  # noqa: E402
 from samtone_jax.config import gin_config
 from samtone_jax.models import partitioning
 from samtone_jax.training import optimizer, train
+from samtone_jax.training.model_flops import peak_from_table
 
 SHAPE = dict(emb_dim=512, num_heads=8, head_dim=64, mlp_dim=1024, num_layers=4, vocab_size=32128)
 TAU = 0.01
@@ -223,15 +224,23 @@ def main():
     parser.add_argument("--skip", nargs="*", default=[], help="theirs")
     parser.add_argument("--gin", nargs="*", default=[], help="extra gin bindings for ours")
     args = parser.parse_args()
-    import torch
+    device = jax.devices()[0]
+    versions = f"jax {jax.__version__}"
+    if "theirs" not in args.skip:  # torch only for theirs: an accelerator's python may lack it
+        import torch
 
-    torch.set_num_threads(os.cpu_count())
-    print(f"CPU: {os.cpu_count()} cores; jax {jax.__version__}, torch {torch.__version__}")
-    print(f"SDE {SHAPE}, batch {args.batch} pairs × {args.length} tokens, float32; median of {args.steps} steps")
-    peak = matmul_peak()
+        torch.set_num_threads(os.cpu_count())
+        versions += f", torch {torch.__version__}"
+    print(f"{device.platform} ({device.device_kind}), {os.cpu_count()} CPU cores; {versions}")
+    dtype = " ".join(args.gin) or "float32"
+    print(f"SDE {SHAPE}, batch {args.batch} pairs × {args.length} tokens, {dtype}; median of {args.steps} steps")
+    # The CPU: its measured float32 matmul rate; an accelerator: its chip's dense bfloat16 peak (the
+    # table in training/model_flops.py, as the training log's MFU), else its measured matmul rate.
+    table = peak_from_table(device.device_kind) if device.platform != "cpu" else None
+    peak = table or matmul_peak()
     flops = model_flops(args.batch, args.length)
     ours, xla_flops = bench_ours(args.batch, args.length, args.steps, args.gin)
-    print(f"matmul peak        {peak / 1e9:8.1f} GFLOP/s")
+    print(f"peak               {peak / 1e9:8.1f} GFLOP/s ({'the table' if table else 'measured matmul'})")
     print(f"model FLOPs/step   {flops / 1e9:8.1f} GFLOP (XLA cost analysis: {xla_flops / 1e9:.1f})")
     print(f"ours               {ours:8.3f} s/step  {args.batch / ours:6.2f} pairs/s  MFU {flops / ours / peak:.2f}")
     if "theirs" not in args.skip:
