@@ -24,7 +24,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="samtone-tests-xla-cache-")
     os.environ["SAMTONE_TESTS_OWN_XLA_CACHE"] = "1"
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# Programs that compile in under a second are not kept (JAX's default, as in `samtone`): the size
+# limit below makes jax lock the cache for the concurrent workers, and with it every write lists,
+# stats and reads every entry already there (jax's LRU eviction): keeping every program (0 s, ~2,600
+# of them a session) made each write cost ~0.1 s at 1,000 entries, growing with the session.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))  # a size limit makes jax lock the cache
 
