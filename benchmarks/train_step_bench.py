@@ -1,4 +1,5 @@
-"""A full training step on the CPU, ours against sentence-transformers, one run.
+"""A full training step, ours against sentence-transformers, one run (the CPU; on an accelerator ours
+alone, --skip theirs: benchmarks/on_accelerator.sh).
 
 Model: a T5.1.1-shaped SDE (d_model 512, 8 heads × 64, gated-GELU d_ff 1024, 4 layers, vocab
 32128, bias-free projection 512 -> 512, mean pooling, L2 normalisation), random weights, batch 32
@@ -11,7 +12,9 @@ clipping 1.0, lr 1e-3).
          + Normalize, MultipleNegativesRankingLoss(directions query_to_doc, query_to_query,
          doc_to_query; joint) = the same loss, transformers' Adafactor with the same settings
          (relative_step off, scale_parameter on, clip_threshold 1.0, decay_rate -0.8)
-  peak   this process's float32 matmul rate (a 2048³ jnp matmul, best of 10), for MFU
+  peak   on the CPU this process's float32 matmul rate (a 2048³ jnp matmul, best of 10), for MFU; on
+         an accelerator its chip's dense bfloat16 peak from training/model_flops.py's table (the
+         training log's), also for a float32 step (its MFU then reads against the bfloat16 peak)
 
 Prints pairs/s of each (median step time after warm-up), ours/theirs (goal ≥ 1.2), ours' model
 FLOP/s as a fraction of the measured matmul peak (goal ≥ 0.40), and the time of the step's matmuls

@@ -20,7 +20,8 @@ questions among 5,000 sentences), each arm one `samtone finetune` a seed (train.
 Both sides are evaluated as `samtone finetune` evaluates them (the base's serving lengths). Reported per
 arm: in-domain and guard P@1 / MRR, mean ± std over seeds, the guard's retention (÷ the base's),
 and paired randomisation tests on the seed-averaged per-query scores, against the base and against
-plain. Resumable: a finished step of an arm is skipped (finetune's own resumption).
+plain, into OUT/summary_<arms>_s<seeds>.txt / .json. Resumable: a finished step of an arm is skipped
+(finetune's own resumption).
 
   SAMTONE_DATA_DIR=../shared/data .venv/bin/python experiments/finetune_recipe.py --out runs/finetune_recipe
   # the other direction: MultiReQA-SQuAD's pairs, guarded on WordNet
@@ -183,7 +184,11 @@ def peer_train(base: str, task: str, seed: int, loss: tuple, folder: str) -> Non
 
 
 def report(out, evals, arms, seeds, tasks, compare) -> None:
-    os.makedirs(f"{out}/averaged", exist_ok=True)
+    # Named by the seeds (the per-query averages) and the arms (the table): another command's report
+    # in the same OUT, over other seeds or arms, is written beside this one, not over it.
+    seed_tag = "s" + "_".join(map(str, seeds))
+    averaged_dir = f"{out}/averaged/{seed_tag}"
+    os.makedirs(averaged_dir, exist_ok=True)
     base = evals["base", None]
     lines = [
         f"{len(seeds)} seeds ({' '.join(map(str, seeds))}); mean ± std over seeds; p: paired randomisation test on "
@@ -197,7 +202,7 @@ def report(out, evals, arms, seeds, tasks, compare) -> None:
         for m in MEASURES:
             lines.append(f"{'base':11s} {task:22s} {m:7s} {base_metrics[m]:7.4f}")
         averaged = {
-            arm: seed_average([evals[arm, s][task] for s in seeds], f"{out}/averaged/{arm}_{task}.json") for arm in arms
+            arm: seed_average([evals[arm, s][task] for s in seeds], f"{averaged_dir}/{arm}_{task}.json") for arm in arms
         }
         for arm in arms:
             vs_base = compare([base[task], averaged[arm]], measures=list(MEASURES))["measures"]
@@ -216,9 +221,10 @@ def report(out, evals, arms, seeds, tasks, compare) -> None:
                 summary[f"{arm}/{task}/{m}"] = {"mean": mean, "std": std, "seeds": values, "p_base": pb, "p_plain": pp}
     table = "\n".join(lines)
     print(table)
-    with open(f"{out}/summary.txt", "w") as f:
+    name = f"{out}/summary_{'+'.join(arms)}_{seed_tag}"
+    with open(f"{name}.txt", "w") as f:
         f.write(table + "\n")
-    with open(f"{out}/summary.json", "w") as f:
+    with open(f"{name}.json", "w") as f:
         json.dump(summary, f, indent=1)
 
 
