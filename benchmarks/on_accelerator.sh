@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The accelerator part of the speed measurements (search, compressed search, the training step's MFU),
-# as one script for a lent GPU / TPU machine whose own python3 has jax (no project venv there: the package is read from this checkout by PYTHONPATH).
+# as one script for a lent GPU / TPU machine whose own python3 has jax (no project venv there: the
+# package is read from this checkout by PYTHONPATH).
 # Writes each step's output to $OUT (or ./out) and the device it ran on.
 set -uo pipefail
 cd "$(dirname "$0")/.."
