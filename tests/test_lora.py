@@ -139,6 +139,8 @@ def test_scanned_and_rematerialised_layers_apply_the_same_adapters(tower):
         ({"lora_rank": 4, "lora_alpha": 0.0}, "lora_alpha must be > 0"),
         ({"lora_rank": 4, "lora_targets": ("attn",)}, "lora_targets=('attn',)"),
         ({"lora_rank": 4, "lora_layers": (7,)}, "adapt no kernel of the 2-layer tower"),
+        # a kernel another family declares (ModernBERT's fused qkv): T5's tower has none
+        ({"lora_rank": 4, "lora_targets": ("qkv",)}, "lora_targets=('qkv',) with lora_layers=None adapt no kernel"),
     ],
 )
 def test_what_lora_refuses_is_named(fields, message):

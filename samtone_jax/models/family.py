@@ -19,6 +19,18 @@ from samtone_jax.core.errors import CheckpointMismatchError
 
 Path = tuple[str, ...]
 
+# The kernels of a layer that LoRA may adapt (models/lora.py): name (BERT-style towers store it as
+# <name>_kernel) -> (its group, 'attention' or 'mlp'; how many leading dimensions are its input). The
+# names most towers use; a family with others lists its own (TowerFamily.lora_kernels).
+LORA_KERNELS = {
+    "query": ("attention", 1),
+    "key": ("attention", 1),
+    "value": ("attention", 1),
+    "out": ("attention", 2),
+    "wi": ("mlp", 1),
+    "wo": ("mlp", 1),
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class TowerFamily:
@@ -56,6 +68,7 @@ class TowerFamily:
     # the importer and exporter swap the two embedding rows (`swap_pad_row`).
     hf_pad_id: int = 0
     hf_tokenizer: str = "BertTokenizerFast"  # the transformers class an export's tokenizer.json is loaded as
+    lora_kernels: dict[str, tuple[str, int]] = dataclasses.field(default_factory=lambda: dict(LORA_KERNELS))
 
     @property
     def gin_name(self) -> str:

@@ -14,7 +14,8 @@ mirroring the tower's module path of each adapted kernel:
 `merge` folds the adapters into plain weights (sde -> sde, ade_lora -> ade_spl), for export and load.
 
 gin: DualEncoder.lora_rank (0: no LoRA), lora_alpha (None: = rank), lora_targets (kernel names or the
-groups 'attention' = query/key/value/qkv/out and 'mlp' = wi/wi_0/wi_1/wo), lora_layers (None: all).
+groups 'attention' = query/key/value/out and 'mlp' = wi/wo, with the names a family adds: T5's wi_0 /
+wi_1, ModernBERT's qkv; each family lists its own in TowerFamily.lora_kernels), lora_layers (None: all).
 """
 
 from __future__ import annotations
@@ -30,20 +31,17 @@ import numpy as np
 from samtone_jax.core.errors import BadValueError
 from samtone_jax.models.layout import LAYOUTS, SIDES, layout
 
-# Adaptable kernels of T5 and BERT towers (BERT names them <name>_kernel): their group and how many
-# leading dimensions of the kernel are its input.
-KERNELS = {
-    "query": ("attention", 1),
-    "key": ("attention", 1),
-    "value": ("attention", 1),
-    "qkv": ("attention", 1),  # one fused query / key / value projection (ModernBERT's Wqkv)
-    "out": ("attention", 2),
-    "wi": ("mlp", 1),
-    "wi_0": ("mlp", 1),
-    "wi_1": ("mlp", 1),
-    "wo": ("mlp", 1),
-}
 GROUPS = ("attention", "mlp")
+
+
+def _kernels(config=None) -> dict[str, tuple[str, int]]:
+    """The adaptable kernels (name -> (group, input dimensions)) a family declares
+    (TowerFamily.lora_kernels): of `config`'s family, or of every family (None)."""
+    from samtone_jax.models import families
+
+    if config is not None:
+        return families.of(config).lora_kernels
+    return {name: spec for family in families.FAMILIES for name, spec in family.lora_kernels.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,26 +61,26 @@ class Lora:
             raise BadValueError(f"DualEncoder.lora_rank must be a positive integer, got {self.rank!r}")
         if self.alpha is not None and not self.alpha > 0:
             raise BadValueError(f"DualEncoder.lora_alpha must be > 0 (or None: = lora_rank), got {self.alpha!r}")
-        unknown = [t for t in self.targets if t not in GROUPS and t not in KERNELS]
+        kernels = _kernels()
+        unknown = [t for t in self.targets if t not in GROUPS and t not in kernels]
         if not self.targets or unknown:
             raise BadValueError(
-                f"DualEncoder.lora_targets={self.targets!r}: each must be a group {GROUPS} or a kernel {tuple(KERNELS)}"
+                f"DualEncoder.lora_targets={self.targets!r}: each must be a group {GROUPS} or a kernel {tuple(kernels)}"
             )
 
     @property
     def scale(self) -> float:
         return (self.alpha if self.alpha is not None else self.rank) / self.rank
 
-    def adapts(self, kernel: str, layer: int) -> bool:
-        group = KERNELS[kernel][0]
+    def adapts(self, kernel: str, group: str, layer: int) -> bool:
         in_layers = self.layers is None or layer in self.layers
         return in_layers and (kernel in self.targets or group in self.targets)
 
 
-def _kernel_name(leaf: str) -> str | None:
+def _kernel_name(leaf: str, kernels) -> str | None:
     """The adaptable kernel a parameter name is ('query' for T5's query, BERT's query_kernel), else None."""
     name = leaf[: -len("_kernel")] if leaf.endswith("_kernel") else leaf
-    return name if name in KERNELS and (name == leaf or leaf.endswith("_kernel")) else None
+    return name if name in kernels and (name == leaf or leaf.endswith("_kernel")) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,15 +105,15 @@ class Factor:
 def factors(tower_cls, config, lora: Lora) -> tuple[Factor, ...]:
     """The kernels of a `tower_cls(config)` tower that `lora` adapts, read from its parameter shapes."""
     boxed = jax.eval_shape(lambda: tower_cls(config).init(jax.random.PRNGKey(0), jnp.ones((1, 2), jnp.int32)))
-    found = []
+    found, kernels = [], _kernels(config)
     for path, leaf in jax.tree_util.tree_flatten_with_path(boxed["params"], is_leaf=_is_box)[0]:
         keys = tuple(p.key for p in path)
-        kernel = _kernel_name(keys[-1])
+        kernel = _kernel_name(keys[-1], kernels)
         if kernel is None or not keys[0].startswith("layers_"):
             continue
-        if not lora.adapts(kernel, int(keys[0].split("_")[1])):
+        group, n = kernels[kernel]
+        if not lora.adapts(kernel, group, int(keys[0].split("_")[1])):
             continue
-        n = KERNELS[kernel][1]
         shape, names = tuple(leaf.value.shape), tuple(leaf.names)
         found.append(Factor(keys[:-1] + (kernel,), keys[-1], shape[:n], shape[n:], names[:n], names[n:]))
     if not found:

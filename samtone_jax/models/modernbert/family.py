@@ -2,7 +2,7 @@
 built on them) as models/family.py's record."""
 
 from samtone_jax.core import run_folders
-from samtone_jax.models.family import TowerFamily
+from samtone_jax.models.family import LORA_KERNELS, TowerFamily
 from samtone_jax.models.modernbert import hf_names
 from samtone_jax.models.modernbert.tower import PAD_ID, ModernBertConfig, ModernBertEncoder
 
@@ -36,4 +36,5 @@ FAMILY = TowerFamily(
     hf_tokenizer="PreTrainedTokenizerFast",
     card_line=_card_line,
     special_tokens="[CLS] and [SEP]",
+    lora_kernels={**LORA_KERNELS, "qkv": ("attention", 1)},  # one fused query / key / value projection (Wqkv)
 )

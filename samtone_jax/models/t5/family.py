@@ -1,7 +1,7 @@
 """The T5.1.1 family (T5X / Mesh-TF / Hugging Face T5 and mT5 encoders) as models/family.py's record."""
 
 from samtone_jax.core import run_folders
-from samtone_jax.models.family import TowerFamily
+from samtone_jax.models.family import LORA_KERNELS, TowerFamily
 from samtone_jax.models.t5 import hf_names
 from samtone_jax.models.t5.tower import T5Config, T5Encoder
 
@@ -33,4 +33,5 @@ FAMILY = TowerFamily(
     mlp_hint="T5Config.mlp_activations",
     card_line=_card_line,
     special_tokens="EOS",
+    lora_kernels={**LORA_KERNELS, "wi_0": ("mlp", 1), "wi_1": ("mlp", 1)},  # gated-GELU's two inputs
 )
