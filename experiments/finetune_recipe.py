@@ -10,6 +10,11 @@ questions among 5,000 sentences), each arm one `samtone finetune` a seed (train.
   hn_refresh   + one mined hard negative a query (relative margin 0.05), mined by the base, then
                again by the run's own weights at step 250 (--hard_negatives 1 --refresh_negatives 250)
   hn_wise0.8   hn_refresh's run mixed with the base as wise0.8 (the recipe's parts together, no teacher)
+  teacher      + all-mpnet-base-v2 as the teacher (make mpnet): the run's in-batch similarities matched
+               to its embeddings of the training texts (--teacher, the default weight)
+  mpnet        all-mpnet-base-v2 fine-tuned by plain's recipe (make mpnet; about 5x MiniLM's cost a step)
+  teacher_ft   + the mpnet arm's run of the same seed as the teacher (a bigger model that learnt the data)
+  full         hn_refresh + teacher; full_wise0.8: its run mixed with the base as wise0.8 (the recipe)
   st_mnrl      the peer: sentence-transformers' own model and MultipleNegativesRankingLoss (query ->
                document, scale 20) on the same pipeline's batches, 500 steps of 64 at 32 / 48 tokens, with
                its usual AdamW recipe (lr 5e-5, 10 % warm-up then linear decay, weight decay 0.01, clip
@@ -48,14 +53,21 @@ ARMS = {  # arm -> extra `samtone finetune` flags (wise0.8: made from plain, see
     "lr3e-4": ["--learning_rate=3e-4"],
     "hn_refresh": ["--hard_negatives=1", "--refresh_negatives=250"],
     "lora32": ["--learning_rate=1e-2", "--gin_bindings=DualEncoder.lora_rank=32"],
+    "teacher": ["--teacher=all-mpnet-base-v2"],
+    "mpnet": ["--base=all-mpnet-base-v2"],
+    "teacher_ft": ["--teacher={out}/mpnet_s{seed}/run"],
+    "full": ["--hard_negatives=1", "--refresh_negatives=250", "--teacher=all-mpnet-base-v2"],
     "wise0.8": None,
     "hn_wise0.8": None,
+    "full_wise0.8": None,
     "st_mnrl": None,
 }
 PEER = {"st_mnrl": (("query_to_doc",), "joint")}  # arm -> MultipleNegativesRankingLoss (directions, partition)
 PEER_BUDGET = {"steps": 500, "batch": 64, "learning_rate": 5e-5, "temperature": 0.05}
 TRAIN_LENGTHS = (32, 48)  # finetune's training lengths for a pretrained base
-WISE = {"wise0.8": "plain", "hn_wise0.8": "hn_refresh"}  # a mix -> the arm whose run it mixes with the base
+# a mix -> the arm whose run it mixes with the base
+WISE = {"wise0.8": "plain", "hn_wise0.8": "hn_refresh", "full_wise0.8": "full"}
+NEEDS = {**WISE, "teacher_ft": "mpnet"}  # an arm -> the arm whose run it uses
 WISE_ALPHA = 0.8
 MEASURES = ("P@1", "RR")
 
@@ -102,8 +114,8 @@ def main() -> None:
     parser.add_argument("--guard", default=GUARD, help="the guard task")
     args, out = parse_into_folder(parser)
     arms = ["plain", *(a for a in args.arms if a != "plain")]  # every arm is compared with plain
-    arms += [WISE[a] for a in arms if a in WISE and WISE[a] not in arms]  # a mix needs its run
-    arms.sort(key=lambda a: a in WISE)  # ... made before it
+    arms += [NEEDS[a] for a in arms if a in NEEDS and NEEDS[a] not in arms]  # a mix needs its run, ...
+    arms.sort(key=lambda a: a in NEEDS)  # ... made before it
     from samtone_jax.evaluation.guard import guard_split
 
     if args.data is None:  # the stand-in file, declared as finetune declares a --data file
@@ -146,7 +158,8 @@ def main() -> None:
                     samtone(*mix, f"--out={model}", log=f"{folder}/average.log")
             else:
                 finetune = ["finetune", f"--data={data}", f"--base={base}", f"--out={folder}", "--guard", args.guard]
-                samtone(*finetune, *ARMS[arm], f"--gin_bindings=train.seed={seed}", log=f"{folder}.log")
+                extra = [flag.format(out=out, seed=seed) for flag in ARMS[arm]]
+                samtone(*finetune, *extra, f"--gin_bindings=train.seed={seed}", log=f"{folder}.log")
                 model = f"{folder}/run"
             evals[arm, seed] = records(model, gin, tasks)
     report(out, evals, arms, args.seeds, [t[0] for t in tasks], compare)

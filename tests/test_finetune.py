@@ -72,6 +72,12 @@ def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet
     # A rerun that asks for another recipe is refused, not served this one's outputs.
     assert cli.main([*argv, "--steps=3"]) == 2
     assert "holds a fine-tune made with other settings (steps: 2 then, 3 now)" in capsys.readouterr().err
+    # Another fine-tune's run/ (a bigger model that learnt the data) is read as it is as --teacher (the
+    # teacher's encode reads a run), not sent to the Hugging Face importer.
+    from samtone_jax.cli import finetune
+
+    assert finetune._imported(str(out / "run"), str(tmp_path / "never"), "--teacher") == str(out / "run")
+    assert not (tmp_path / "never").exists()
     # Mined, filtered hard negatives: the base ranks each training query's corpus; those above
     # (1 - margin) x the positive's score are dropped, one kept a query, and the run trains on them.
     # (A tiny random tower scores most documents near the positive: margin 0 and a batch of 4 here.)
