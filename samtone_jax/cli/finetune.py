@@ -448,13 +448,11 @@ def _check_wise_ft(args, task: str) -> None:
 
 
 def _is_samtone(path: str) -> bool:
-    """A parameter checkpoint, an export or a training run (its config and checkpoints: another
-    fine-tune's run/ as --teacher), read as it is, not imported."""
-    from samtone_jax.core import paths, run_folders
+    """A folder this project wrote (a parameter checkpoint, an export, a training run such as another
+    fine-tune's run/ as --teacher, or one of its steps), read as it is, not imported."""
+    from samtone_jax.core import run_folders
 
-    root = paths.as_path(path)
-    run = (root / run_folders.CONFIG_GIN).exists() and (root / run_folders.CHECKPOINTS).is_dir()
-    return run or (root / run_folders.MODEL_GIN).exists() or (root / run_folders.EXPORT_JSON).exists()
+    return run_folders.kind(path) is not None
 
 
 def _total_steps(steps: int | None, gin_files: list[str], given: list[str]) -> int:
