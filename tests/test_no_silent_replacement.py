@@ -32,6 +32,12 @@ def _content(folder):
         return f.read()
 
 
+def _ended_pid():
+    """The id of a process that has ended (not pid + 1 of one: that may be alive, e.g. a test worker)."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(dead.stdout)
+
+
 def _one_line(capsys, code, *said):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
@@ -125,8 +131,7 @@ def test_a_bucket_writer_waits_for_no_one_another_live_claim_is_refused_a_dead_o
             with atomic_file.atomic_directory(target) as a:
                 _fill(a, "A")
     assert not paths.as_path(target).exists()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    record = {"host": socket.gethostname(), "pid": int(dead.stdout), "started": 0}
+    record = {"host": socket.gethostname(), "pid": _ended_pid(), "started": 0}
     paths.as_path(f"{target}.writing").write_text(json_module.dumps(record))  # a killed writer's claim
     with atomic_file.atomic_directory(target) as a:
         _fill(a, "A")
@@ -235,10 +240,9 @@ def test_only_a_killed_fall_back_overwrites_pair_is_put_back_never_a_lone_or_hal
     """After a swap the staging name holds the old version: if the writer died there and the user then
     deleted the target, the next write must not bring the old version back; nor a folder whose
     removal was cut short (its marker goes first); nor another dead writer's pair than its own."""
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    pid = int(dead.stdout)  # a process that has ended
+    pid, other = (_ended_pid() for _ in range(2))  # two processes that have ended (pid + 1 may be alive)
     target = tmp_path / "out"
-    for name, text in ((f"out.tmp-{pid}-aaaa", "old, swapped out"), (f"out.old-{pid + 1}-bbbb", "another's old")):
+    for name, text in ((f"out.tmp-{pid}-aaaa", "old, swapped out"), (f"out.old-{other}-bbbb", "another's old")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "content.txt").write_text(text)
         (tmp_path / name / atomic_file.MARKER).write_text("complete")
