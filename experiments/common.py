@@ -51,12 +51,14 @@ def parse_into_folder(parser: argparse.ArgumentParser) -> tuple[argparse.Namespa
 
 def samtone(*argv: str, log: str) -> None:
     """`samtone ARGV` in this process (no interpreter start, jax import or data loading per run), its
-    output and logging to `log`; exits naming the log on failure."""
+    output and logging appended to `log` (a rerun that finds the work done adds its lines after the
+    run's own, never over them); exits naming the log on failure."""
     from samtone_jax.cli import main as cli
 
     start = time.time()
     root = logging.getLogger()
-    with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+    with open(log, "a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        print(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} samtone {' '.join(argv)}", flush=True)
         handler = logging.StreamHandler(f)
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         saved, root.handlers = root.handlers, [handler]

@@ -13,8 +13,9 @@ questions among 5,000 sentences), each arm one `samtone finetune` a seed (train.
   teacher      + all-mpnet-base-v2 as the teacher (make mpnet): the run's in-batch similarities matched
                to its embeddings of the training texts (--teacher, the default weight)
   mpnet        all-mpnet-base-v2 fine-tuned by plain's recipe (make mpnet; about 5x MiniLM's cost a step)
-  teacher_ft   + the mpnet arm's run of the same seed as the teacher (a bigger model that learnt the data)
-  full         hn_refresh + teacher; full_wise0.8: its run mixed with the base as wise0.8 (the recipe)
+  teacher_ft   + the mpnet arm's seed-0 run as the teacher (a bigger model that learnt the data; made once,
+               first, and the same teacher for every seed of the student)
+  full         hn_refresh + teacher_ft's teacher; full_wise0.8: its run mixed with the base as wise0.8
   st_mnrl      the peer: sentence-transformers' own model and MultipleNegativesRankingLoss (query ->
                document, scale 20) on the same pipeline's batches, 500 steps of 64 at 32 / 48 tokens, with
                its usual AdamW recipe (lr 5e-5, 10 % warm-up then linear decay, weight decay 0.01, clip
@@ -55,8 +56,8 @@ ARMS = {  # arm -> extra `samtone finetune` flags (wise0.8: made from plain, see
     "lora32": ["--learning_rate=1e-2", "--gin_bindings=DualEncoder.lora_rank=32"],
     "teacher": ["--teacher=all-mpnet-base-v2"],
     "mpnet": ["--base=all-mpnet-base-v2"],
-    "teacher_ft": ["--teacher={out}/mpnet_s{seed}/run"],
-    "full": ["--hard_negatives=1", "--refresh_negatives=250", "--teacher=all-mpnet-base-v2"],
+    "teacher_ft": ["--teacher={teacher}"],
+    "full": ["--hard_negatives=1", "--refresh_negatives=250", "--teacher={teacher}"],
     "wise0.8": None,
     "hn_wise0.8": None,
     "full_wise0.8": None,
@@ -67,7 +68,10 @@ PEER_BUDGET = {"steps": 500, "batch": 64, "learning_rate": 5e-5, "temperature": 
 TRAIN_LENGTHS = (32, 48)  # finetune's training lengths for a pretrained base
 # a mix -> the arm whose run it mixes with the base
 WISE = {"wise0.8": "plain", "hn_wise0.8": "hn_refresh", "full_wise0.8": "full"}
-NEEDS = {**WISE, "teacher_ft": "mpnet"}  # an arm -> the arm whose run it uses
+NEEDS = WISE  # an arm -> the arm whose run (of the same seed) it uses
+# The fine-tuned teacher: the mpnet arm's seed-0 run, made once and used by every seed of the arms that
+# name {teacher} (a teacher is fine-tuned once, as a user would; the students' seeds vary).
+TEACHER, TEACHER_FLAG = ("mpnet", 0), "{teacher}"
 WISE_ALPHA = 0.8
 MEASURES = ("P@1", "RR")
 
@@ -141,27 +145,34 @@ def main() -> None:
             log=f"{out}/import.log",
         )
     evals = {("base", None): records(base, gin, tasks)}
+
+    def make(arm: str, seed: int) -> str:
+        """The model of ARM at SEED (trained, mixed or imported; skipped when done)."""
+        folder = f"{out}/{arm}_s{seed}"
+        print(f"{arm} seed {seed}", flush=True)
+        if arm in PEER:
+            model = f"{folder}/model"
+            if not os.path.exists(f"{model}/{COMMIT_MARKER}"):
+                peer_train(base, task, seed, PEER[arm], folder)
+            return model
+        if arm in WISE:
+            model = f"{folder}/model"
+            if not os.path.exists(f"{model}/{COMMIT_MARKER}"):
+                os.makedirs(folder, exist_ok=True)
+                run = f"{out}/{WISE[arm]}_s{seed}/run"
+                mix = ["average", "--checkpoint", run, base, "--weights", f"{WISE_ALPHA:g}", f"{1 - WISE_ALPHA:g}"]
+                samtone(*mix, f"--out={model}", log=f"{folder}/average.log")
+            return model
+        finetune = ["finetune", f"--data={data}", f"--base={base}", f"--out={folder}", "--guard", args.guard]
+        extra = [flag.format(out=out, seed=seed, teacher=f"{out}/{TEACHER[0]}_s{TEACHER[1]}/run") for flag in ARMS[arm]]
+        samtone(*finetune, *extra, f"--gin_bindings=train.seed={seed}", log=f"{folder}.log")
+        return f"{folder}/run"
+
+    if any(TEACHER_FLAG in flag for a in arms for flag in ARMS[a] or []):
+        make(*TEACHER)  # the fine-tuned teacher, once
     for seed in args.seeds:
         for arm in arms:
-            folder = f"{out}/{arm}_s{seed}"
-            print(f"{arm} seed {seed}", flush=True)
-            if arm in PEER:
-                model = f"{folder}/model"
-                if not os.path.exists(f"{model}/{COMMIT_MARKER}"):
-                    peer_train(base, task, seed, PEER[arm], folder)
-            elif arm in WISE:
-                model = f"{folder}/model"
-                if not os.path.exists(f"{model}/{COMMIT_MARKER}"):
-                    os.makedirs(folder, exist_ok=True)
-                    run = f"{out}/{WISE[arm]}_s{seed}/run"
-                    mix = ["average", "--checkpoint", run, base, "--weights", f"{WISE_ALPHA:g}", f"{1 - WISE_ALPHA:g}"]
-                    samtone(*mix, f"--out={model}", log=f"{folder}/average.log")
-            else:
-                finetune = ["finetune", f"--data={data}", f"--base={base}", f"--out={folder}", "--guard", args.guard]
-                extra = [flag.format(out=out, seed=seed) for flag in ARMS[arm]]
-                samtone(*finetune, *extra, f"--gin_bindings=train.seed={seed}", log=f"{folder}.log")
-                model = f"{folder}/run"
-            evals[arm, seed] = records(model, gin, tasks)
+            evals[arm, seed] = records(make(arm, seed), gin, tasks)
     report(out, evals, arms, args.seeds, [t[0] for t in tasks], compare)
 
 
