@@ -27,7 +27,9 @@ Both sides are evaluated as `samtone finetune` evaluates them (the base's servin
 arm: in-domain and guard P@1 / MRR, mean ± std over seeds, the guard's retention (÷ the base's),
 and paired randomisation tests on the seed-averaged per-query scores, against the base and against
 plain, into OUT/summary_<arms>_s<seeds>.txt / .json. Resumable: a finished step of an arm is skipped
-(finetune's own resumption).
+(finetune's own resumption). Each arm and seed's per-query records are kept in the repository
+(experiments/records/finetune_recipe/<data>+<guard>/, experiments/kept_records.py): an arm already kept
+is read from there, not trained again (--ignore_kept trains it anew), so seeds add up across machines.
 
   SAMTONE_DATA_DIR=../shared/data .venv/bin/python experiments/finetune_recipe.py --out runs/finetune_recipe
   # the other direction: MultiReQA-SQuAD's pairs, guarded on WordNet
@@ -42,6 +44,7 @@ import os
 import statistics
 
 from common import parse_into_folder, samtone, seed_average
+from kept_records import KeptRecords
 
 from samtone_jax.core.run_folders import COMMIT_MARKER
 
@@ -116,6 +119,12 @@ def main() -> None:
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--data", default=None, help="a task to fine-tune on (default: the stand-in pairs)")
     parser.add_argument("--guard", default=GUARD, help="the guard task")
+    parser.add_argument(
+        "--ignore_kept",
+        action="store_true",
+        help="train and evaluate every arm again, even those whose records are kept in experiments/records/ "
+        "(then kept anew)",
+    )
     args, out = parse_into_folder(parser)
     arms = ["plain", *(a for a in args.arms if a != "plain")]  # every arm is compared with plain
     arms += [NEEDS[a] for a in arms if a in NEEDS and NEEDS[a] not in arms]  # a mix needs its run, ...
@@ -136,18 +145,24 @@ def main() -> None:
     tasks = [(task, guard_split(task), MAX_QUERIES, None)]
     tasks += [(args.guard, guard_split(args.guard), GUARD_QUERIES, GUARD_CANDIDATES)]
     base = f"{out}/base"
-    if not os.path.exists(f"{base}/{COMMIT_MARKER}"):
-        samtone(
-            "import-checkpoint",
-            "--format=sentence-transformers",
-            "--checkpoint=all-MiniLM-L6-v2",
-            f"--out={base}",
-            log=f"{out}/import.log",
-        )
-    evals = {("base", None): records(base, gin, tasks)}
+    store = KeptRecords(f"finetune_recipe/{args.data or 'stand_in'}+{args.guard}", MEASURES)
 
-    def make(arm: str, seed: int) -> str:
+    def imported() -> str:
+        if not os.path.exists(f"{base}/{COMMIT_MARKER}"):
+            samtone(
+                "import-checkpoint",
+                "--format=sentence-transformers",
+                "--checkpoint=all-MiniLM-L6-v2",
+                f"--out={base}",
+                log=f"{out}/import.log",
+            )
+        return base
+
+    def make(arm: str, seed: int | None) -> str:
         """The model of ARM at SEED (trained, mixed or imported; skipped when done)."""
+        if arm == "base":
+            return imported()
+        imported()
         folder = f"{out}/{arm}_s{seed}"
         print(f"{arm} seed {seed}", flush=True)
         if arm in PEER:
@@ -159,20 +174,26 @@ def main() -> None:
             model = f"{folder}/model"
             if not os.path.exists(f"{model}/{COMMIT_MARKER}"):
                 os.makedirs(folder, exist_ok=True)
-                run = f"{out}/{WISE[arm]}_s{seed}/run"
+                run = make(WISE[arm], seed)  # its run, trained again when only its records are kept
                 mix = ["average", "--checkpoint", run, base, "--weights", f"{WISE_ALPHA:g}", f"{1 - WISE_ALPHA:g}"]
                 samtone(*mix, f"--out={model}", log=f"{folder}/average.log")
             return model
+        if any(TEACHER_FLAG in flag for flag in ARMS[arm]):
+            make(*TEACHER)  # the fine-tuned teacher, made once (a later call finds it done)
         finetune = ["finetune", f"--data={data}", f"--base={base}", f"--out={folder}", "--guard", args.guard]
         extra = [flag.format(out=out, seed=seed, teacher=f"{out}/{TEACHER[0]}_s{TEACHER[1]}/run") for flag in ARMS[arm]]
         samtone(*finetune, *extra, f"--gin_bindings=train.seed={seed}", log=f"{folder}.log")
         return f"{folder}/run"
 
-    if any(TEACHER_FLAG in flag for a in arms for flag in ARMS[a] or []):
-        make(*TEACHER)  # the fine-tuned teacher, once
+    def evaluated(arm: str, seed: int | None) -> dict[str, str]:
+        """{task: eval JSON} of ARM at SEED: the kept record, else made, evaluated and kept."""
+        kept = None if args.ignore_kept else store.get(arm, seed, [t[0] for t in tasks])
+        return kept or store.keep(arm, seed, records(make(arm, seed), gin, tasks))
+
+    evals = {("base", None): evaluated("base", None)}
     for seed in args.seeds:
         for arm in arms:
-            evals[arm, seed] = records(make(arm, seed), gin, tasks)
+            evals[arm, seed] = evaluated(arm, seed)
     report(out, evals, arms, args.seeds, [t[0] for t in tasks], compare)
 
 
@@ -243,6 +264,9 @@ def report(out, evals, arms, seeds, tasks, compare) -> None:
                     f"{b:+8.4f} {pb:6.4f} {plain}"
                 )
                 summary[f"{arm}/{task}/{m}"] = {"mean": mean, "std": std, "seeds": values, "p_base": pb, "p_plain": pp}
+    lines.append("made by (commit, date) of each record kept in experiments/records/:")
+    for (arm, seed), found in evals.items():
+        lines.append(f"  {arm}{'' if seed is None else f' s{seed}'}: {KeptRecords.made(next(iter(found.values())))}")
     table = "\n".join(lines)
     print(table)
     name = f"{out}/summary_{'+'.join(arms)}_{seed_tag}"
