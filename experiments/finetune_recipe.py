@@ -122,8 +122,8 @@ def main() -> None:
     parser.add_argument(
         "--ignore_kept",
         action="store_true",
-        help="train and evaluate every arm again, even those whose records are kept in experiments/records/ "
-        "(then kept anew)",
+        help="keep every arm's records anew from this --out's run folders (trained and evaluated where they "
+        "are missing), even those kept in experiments/records/ under the same settings",
     )
     args, out = parse_into_folder(parser)
     arms = ["plain", *(a for a in args.arms if a != "plain")]  # every arm is compared with plain
@@ -175,6 +175,11 @@ def main() -> None:
             if not os.path.exists(f"{model}/{COMMIT_MARKER}"):
                 os.makedirs(folder, exist_ok=True)
                 run = make(WISE[arm], seed)  # its run, trained again when only its records are kept
+                if store.digest(records(run, gin, tasks)) != needs(arm, seed)[f"{WISE[arm]}_s{seed}"]:
+                    raise SystemExit(
+                        f"{run} (trained again to make {arm} seed {seed}) scores otherwise than its kept records: "
+                        "rerun with --ignore_kept to make both anew"
+                    )
                 mix = ["average", "--checkpoint", run, base, "--weights", f"{WISE_ALPHA:g}", f"{1 - WISE_ALPHA:g}"]
                 samtone(*mix, f"--out={model}", log=f"{folder}/average.log")
             return model
@@ -185,10 +190,19 @@ def main() -> None:
         samtone(*finetune, *extra, f"--gin_bindings=train.seed={seed}", log=f"{folder}.log")
         return f"{folder}/run"
 
+    def needs(arm: str, seed: int | None) -> dict[str, str]:
+        """{the arm and seed whose run ARM at SEED is made from: the digest of its kept records}."""
+        made_from = [(WISE[arm], seed)] if arm in WISE else []
+        made_from += [TEACHER] if any(TEACHER_FLAG in flag for flag in ARMS.get(arm) or []) else []
+        return {f"{a}_s{s}": store.digest(evaluated(a, s)) for a, s in made_from}
+
     def evaluated(arm: str, seed: int | None) -> dict[str, str]:
         """{task: eval JSON} of ARM at SEED: the kept record, else made, evaluated and kept."""
-        kept = None if args.ignore_kept else store.get(arm, seed, [t[0] for t in tasks])
-        return kept or store.keep(arm, seed, records(make(arm, seed), gin, tasks))
+        key = {"tasks": [list(t) for t in tasks], "flags": ARMS.get(arm), "needs": needs(arm, seed)}
+        key |= {"alpha": WISE_ALPHA} if arm in WISE else {}
+        key |= {"peer": PEER[arm], "budget": PEER_BUDGET, "lengths": TRAIN_LENGTHS} if arm in PEER else {}
+        kept = None if args.ignore_kept else store.get(arm, seed, [t[0] for t in tasks], key)
+        return kept or store.keep(arm, seed, key, records(make(arm, seed), gin, tasks))
 
     evals = {("base", None): evaluated("base", None)}
     for seed in args.seeds:
