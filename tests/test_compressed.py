@@ -256,9 +256,15 @@ def test_calibration_ships_with_the_model_through_load_eval_encode_and_export(
     stored_ids, codes = load_shards(str(out / "documents"))
     assert codes.dtype == np.int8 and codes.shape == (len(ids), 8) and stored_ids == ids
     # encode shards its batches over the 8 test devices, load encodes on one: float embeddings equal to
-    # ~1e-7, so a value on a bucket edge may land one code over
+    # ~1e-7, so a value on a bucket edge may land one code over. The calibration texts are in this corpus:
+    # each dimension's largest value sits exactly on the top edge (code = floor(255.0)), so the codes may
+    # differ there, and only there (within 1e-3 of a bucket's edge, ~100x the float difference)
     loaded = model.encode_documents([corpus[i] for i in ids], precision="int8", dim=8).astype(int)
-    assert np.abs(codes.astype(int) - loaded).max() <= 1 and (codes != loaded).mean() < 0.01
+    floats = model.encode_documents([corpus[i] for i in ids])[:, :8]
+    position = (floats / np.linalg.norm(floats, axis=1, keepdims=True) - ranges[0]) / ((ranges[1] - ranges[0]) / 255)
+    on_edge = np.abs(position - np.round(position)) < 1e-3
+    differ = codes.astype(int) != loaded
+    assert np.abs(codes.astype(int) - loaded).max() <= 1 and on_edge[differ].all(), position[differ & ~on_edge]
     # the export carries them
     export = tmp_path / "export"
     assert cli.main(["export", f"--checkpoint={run}", "--format=hf", f"--out={export}"]) == 0
