@@ -44,6 +44,22 @@ def _reference_similarity(q, d, tq, td) -> float:
     return float(np.mean(parts))
 
 
+def _reference_softmax(q, d, tq, td, temperature) -> float:
+    """Mean over (q→d, d→q) of each row's KL(teacher's softmax ‖ student's) over the batch, by loops."""
+    tq, td = _unit(tq), _unit(td)
+    student, teacher = {"q": q, "d": d}, {"q": tq, "d": td}
+    parts = []
+    for a, b in ("qd", "dq"):
+        kls = []
+        for i in range(len(q)):
+            s = np.array([student[a][i] @ student[b][j] for j in range(len(q))]) / temperature
+            t = np.array([teacher[a][i] @ teacher[b][j] for j in range(len(q))]) / temperature
+            p_s, p_t = np.exp(s) / np.exp(s).sum(), np.exp(t) / np.exp(t).sum()
+            kls.append(sum(p_t[j] * np.log(p_t[j] / p_s[j]) for j in range(len(q))))
+        parts.append(np.mean(kls))
+    return float(np.mean(parts))
+
+
 def test_similarity_and_cosine_match_float64_hand_computations():
     q, d, tq, td = _batch()
     got, metrics = embedding_distillation(*(jnp.asarray(x, jnp.float32) for x in (q, d, tq, td)))
@@ -55,18 +71,27 @@ def test_similarity_and_cosine_match_float64_hand_computations():
     got, _ = embedding_distillation(*(jnp.asarray(x, jnp.float32) for x in (q2, d2, tq2, td2)), mode="cosine")
     want = np.mean([(2 - q2[i] @ _unit(tq2[i]) - d2[i] @ _unit(td2[i])) / 2 for i in range(len(q2))])
     np.testing.assert_allclose(float(got), want, rtol=1e-5)
-    # A student that is its teacher (up to scale) pays nothing, in either mode.
-    for mode in ("similarity", "cosine"):
+    got, metrics = embedding_distillation(
+        *(jnp.asarray(x, jnp.float32) for x in (q, d, tq, td)), mode="softmax", temperature=0.1
+    )
+    np.testing.assert_allclose(float(got), _reference_softmax(q, d, tq, td, 0.1), rtol=1e-4)
+    assert set(metrics) == {"embedding_distillation/softmax", "embedding_distillation/top1_agreement"}
+    assert 0 <= float(metrics["embedding_distillation/top1_agreement"]) < 1  # random towers disagree somewhere
+    # A student that is its teacher (up to scale) pays nothing, in any mode, and agrees on every top-1.
+    _, agree = embedding_distillation(*(jnp.asarray(x, jnp.float32) for x in (q2, d2, 5 * q2, 2 * d2)), mode="softmax")
+    assert float(agree["embedding_distillation/top1_agreement"]) == 1.0
+    for mode in ("similarity", "cosine", "softmax"):
         zero, _ = embedding_distillation(*(jnp.asarray(x, jnp.float32) for x in (q2, d2, 5 * q2, 2 * d2)), mode=mode)
         assert abs(float(zero)) < 1e-6, mode
 
 
-def test_sharded_over_8_devices_equals_one_device_value_and_gradient():
+@pytest.mark.parametrize("mode", ["similarity", "softmax"])
+def test_sharded_over_8_devices_equals_one_device_value_and_gradient(mode):
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8 before jax is imported")
     mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
     q, d, tq, td = (jnp.asarray(x, jnp.float32) for x in _batch(2, b=32))
-    loss = matched(functools.partial(contrastive_loss, temperature=0.05), 0.5)
+    loss = matched(functools.partial(contrastive_loss, temperature=0.05), 0.5, mode, temperature=0.05)
 
     def one(q, d):
         return loss(q, d, teacher_query=tq, teacher_doc=td)
@@ -84,7 +109,8 @@ def test_sharded_over_8_devices_equals_one_device_value_and_gradient():
     for name in m1:
         np.testing.assert_allclose(float(m8[name]), float(m1[name]), rtol=1e-5, atol=1e-7, err_msg=name)
     plain, _ = contrastive_loss(q, d, temperature=0.05)
-    term = _reference_similarity(*(np.asarray(x, np.float64) for x in (q, d, tq, td)))
+    float64 = [np.asarray(x, np.float64) for x in (q, d, tq, td)]
+    term = _reference_similarity(*float64) if mode == "similarity" else _reference_softmax(*float64, 0.05)
     np.testing.assert_allclose(float(v1), float(plain) + 0.5 * term, rtol=1e-5)
 
 
@@ -101,6 +127,9 @@ def test_label_free_loss_is_the_term_alone_and_bad_settings_are_refused():
         matched(None, 1.0, "l2")
     with pytest.raises(BadValueError, match="must be a number > 0"):
         matched(None, 0.0)
+    for temperature in (0.0, -0.05, "0.05", True):
+        with pytest.raises(BadValueError, match="embedding_distillation_temperature must be a number > 0"):
+            matched(None, 1.0, "softmax", temperature)
 
 
 def test_text_lines_are_pairs_of_a_text_with_itself_and_mixed_fields_are_refused(tmp_path):
@@ -183,7 +212,7 @@ def _logged(model_dir) -> dict[str, list[float]]:
     return {n: [float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors(n)] for n in events.Tags()["tensors"]}
 
 
-@pytest.mark.parametrize("mode", ["cosine", "similarity"])
+@pytest.mark.parametrize("mode", ["cosine", "similarity", "softmax"])
 def test_a_run_distilled_from_its_own_start_pays_nothing_at_its_first_step(
     mode, teacher_folder, tiny_bert_import, wordnet_env, tmp_path
 ):
@@ -197,6 +226,7 @@ def test_a_run_distilled_from_its_own_start_pays_nothing_at_its_first_step(
         f"--gin.inputs.teacher_embeddings='{teacher_folder}'",
         "--gin.objective.embedding_distillation_weight=1.0",
         f"--gin.objective.embedding_distillation_mode='{mode}'",
+        "--gin.objective.embedding_distillation_temperature=0.02",
         f"--gin.objective.contrastive_weight={contrastive}",
         "--gin.BertConfig.dropout_rate=0.0",
         "--gin.BertConfig.attention_dropout_rate=0.0",

@@ -15,6 +15,13 @@ teacher's t^q_i, t^d_i (width D_t, normalised here).
   mode='cosine'      each text's embedding matched to its teacher's (equal widths: a teacher of the
                      student's width, such as a fine-tuned run of the same base):
                        L = mean_i (2 − q_i · t^q_i − d_i · t^d_i) / 2
+  mode='softmax'     the teacher's in-batch ranking as soft labels (any widths): each query's softmax
+                     over the batch's documents at temperature τ, and each document's over the queries,
+                     matched by KL divergence (listwise distillation, as score-level 'kl' does over a
+                     query's scored candidates, here over the batch with no scoring pass):
+                       L = mean over (qd, dq) of mean_i KL(softmax(T_i / τ) ‖ softmax(S_i / τ))
+                     At the contrastive loss's τ its gradient is on the contrastive loss's scale, where
+                     'similarity''s squared cosine gaps (about 1e-5) need a weight of about 100.
 
 Both are sums of per-row terms: sharded (`axis_name`, inside shard_map), each device scores its rows
 against the gathered batch and the sums are psum'd, so value and gradient equal one device's with the
@@ -28,8 +35,9 @@ import jax.numpy as jnp
 
 from samtone_jax.core.errors import BadValueError
 
-MODES = ("similarity", "cosine")
+MODES = ("similarity", "cosine", "softmax")
 MATRICES = ("qd", "qq", "dd")
+DIRECTIONS = ("qd", "dq")  # softmax: each query over the documents, each document over the queries
 
 
 def _normalized(x: jax.Array) -> jax.Array:
@@ -44,13 +52,15 @@ def embedding_distillation(
     teacher_doc: jax.Array,
     *,
     mode: str = "similarity",
+    temperature: float = 0.05,
     axis_name: str | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """(L of the module docstring, metrics) for this device's rows: q, d [b, D_s] L2-normalised,
-    teacher_query, teacher_doc [b, D_t] (any scale). Metrics: `embedding_distillation/<mode>` and, for
-    'similarity', the mean absolute gap of each matrix (`embedding_distillation/gap_<qd|qq|dd>`)."""
-    if mode not in MODES:
-        raise BadValueError(f"objective.embedding_distillation_mode = {mode!r} must be one of {MODES}")
+    teacher_query, teacher_doc [b, D_t] (any scale); `temperature`: 'softmax''s τ. Metrics:
+    `embedding_distillation/<mode>` and, for 'similarity', the mean absolute gap of each matrix
+    (`embedding_distillation/gap_<qd|qq|dd>`); for 'softmax', how often the student's top document
+    (query) for a row is the teacher's (`embedding_distillation/top1_agreement`)."""
+    _check_settings(mode, temperature)
     if q.ndim != 2 or d.shape != q.shape:
         raise BadValueError(f"embedding_distillation: q and d must both be [B, D]; got {q.shape} and {d.shape}")
     if teacher_query is None or teacher_doc is None:
@@ -84,6 +94,8 @@ def embedding_distillation(
 
     student = {"q": q, "d": d}
     teacher = {"q": tq, "d": td}
+    if mode == "softmax":
+        return _softmax_matched(student, teacher, temperature, gathered, axis_name)
     squares, gaps = [], {}
     for name in MATRICES:
         rows, cols = name
@@ -97,18 +109,52 @@ def embedding_distillation(
     return loss, {"embedding_distillation/similarity": loss, **gaps}
 
 
-def matched(loss_fn, weight: float, mode: str = "similarity"):
-    """A step loss taking `teacher_query` / `teacher_doc` [B, D_t]: loss_fn(...) (contrastive_loss's
-    signature, or an objective built on it; None: no other term, as label-free adaptation trains)
-    + weight · embedding_distillation(...). Metrics: loss_fn's, the term's, `embedding_distillation/loss`
-    and `loss`, the sum."""
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
-        raise BadValueError(f"objective.embedding_distillation_weight must be a number > 0 here; got {weight!r}")
+def _check_settings(mode: str, temperature: float) -> None:
     if mode not in MODES:
         raise BadValueError(f"objective.embedding_distillation_mode = {mode!r} must be one of {MODES}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < 1e3:
+        raise BadValueError(
+            f"objective.embedding_distillation_temperature must be a number > 0 ('softmax''s τ, such as the "
+            f"contrastive loss's 0.05); got {temperature!r}"
+        )
+
+
+def _softmax_matched(student, teacher, temperature, gathered, axis_name):
+    """'softmax': per direction, the rows' KL(teacher ‖ student) of the in-batch softmaxes, summed here
+    and psum'd; the mean over the global rows, then over the two directions."""
+    kls, agreements = [], []
+    for name in DIRECTIONS:
+        r, c = name
+        s = student[r] @ gathered(student[c]).T / temperature  # [b, B]
+        t = teacher[r] @ gathered(teacher[c]).T / temperature
+        log_p_t, log_p_s = jax.nn.log_softmax(t, axis=1), jax.nn.log_softmax(s, axis=1)
+        kl = jnp.sum(jnp.exp(log_p_t) * (log_p_t - log_p_s))
+        agree = jnp.sum((jnp.argmax(s, axis=1) == jnp.argmax(t, axis=1)).astype(jnp.float32))
+        sums = kl, agree, jnp.asarray(s.shape[0], jnp.float32)
+        if axis_name is not None:
+            sums = jax.lax.psum(sums, axis_name)
+        kls.append(sums[0] / sums[2])
+        agreements.append(sums[1] / sums[2])
+    loss = sum(kls) / len(kls)
+    return loss, {
+        "embedding_distillation/softmax": loss,
+        "embedding_distillation/top1_agreement": sum(agreements) / len(agreements),
+    }
+
+
+def matched(loss_fn, weight: float, mode: str = "similarity", temperature: float = 0.05):
+    """A step loss taking `teacher_query` / `teacher_doc` [B, D_t]: loss_fn(...) (contrastive_loss's
+    signature, or an objective built on it; None: no other term, as label-free adaptation trains)
+    + weight · embedding_distillation(...) (`temperature`: 'softmax''s τ). Metrics: loss_fn's, the
+    term's, `embedding_distillation/loss` and `loss`, the sum."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+        raise BadValueError(f"objective.embedding_distillation_weight must be a number > 0 here; got {weight!r}")
+    _check_settings(mode, temperature)
 
     def loss(q, d, *, teacher_query=None, teacher_doc=None, axis_name=None, **kwargs):
-        term, metrics = embedding_distillation(q, d, teacher_query, teacher_doc, mode=mode, axis_name=axis_name)
+        term, metrics = embedding_distillation(
+            q, d, teacher_query, teacher_doc, mode=mode, temperature=temperature, axis_name=axis_name
+        )
         total = weight * term
         if loss_fn is not None:
             value, other = loss_fn(q, d, axis_name=axis_name, **kwargs)

@@ -52,7 +52,10 @@ def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings
                 "`samtone encode --side=both` folder of the task"
             )
         objective = embedding_distillation.matched(
-            objective, terms.embedding_distillation_weight, terms.embedding_distillation_mode
+            objective,
+            terms.embedding_distillation_weight,
+            terms.embedding_distillation_mode,
+            terms.embedding_distillation_temperature,
         )
     elif teacher_embeddings is not None:
         raise BadValueError(
