@@ -15,9 +15,9 @@ questions among 5,000 sentences), each arm one `samtone finetune` a seed (train.
   mpnet        all-mpnet-base-v2 fine-tuned by plain's recipe (make mpnet; about 5x MiniLM's cost a step)
   teacher_ft   + the mpnet arm's seed-0 run as the teacher (a bigger model that learnt the data; made once,
                first, and the same teacher for every seed of the student)
-  teacher_kl   teacher_ft with the teacher's in-batch ranking as soft labels (objective.embedding_distillation
-               _mode='softmax': KL of the in-batch softmaxes at τ 0.05) at weight 1, where teacher_ft matches
-               the cosines themselves (weight 100)
+  teacher_kl   teacher_ft with the teacher's in-batch ranking as soft labels at weight 1 (the KL of the
+               in-batch softmaxes at τ 0.05: objective.embedding_distillation_mode='softmax'), where
+               teacher_ft matches the cosines themselves (weight 100)
   full         hn_refresh + teacher_ft's teacher; full_wise0.8: its run mixed with the base as wise0.8
   st_mnrl      the peer: sentence-transformers' own model and MultipleNegativesRankingLoss (query ->
                document, scale 20) on the same pipeline's batches, 500 steps of 64 at 32 / 48 tokens, with

@@ -5,6 +5,7 @@ model: the term is 0 at the first step, so every text met its own teacher row.""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
@@ -91,7 +92,8 @@ def test_sharded_over_8_devices_equals_one_device_value_and_gradient(mode):
         pytest.skip("needs 8 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8 before jax is imported")
     mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
     q, d, tq, td = (jnp.asarray(x, jnp.float32) for x in _batch(2, b=32))
-    loss = matched(functools.partial(contrastive_loss, temperature=0.05), 0.5, mode, temperature=0.05)
+    temperature = 0.1  # the term's τ, not the contrastive loss's: a τ dropped on the way in is seen
+    loss = matched(functools.partial(contrastive_loss, temperature=0.05), 0.5, mode, temperature=temperature)
 
     def one(q, d):
         return loss(q, d, teacher_query=tq, teacher_doc=td)
@@ -110,7 +112,7 @@ def test_sharded_over_8_devices_equals_one_device_value_and_gradient(mode):
         np.testing.assert_allclose(float(m8[name]), float(m1[name]), rtol=1e-5, atol=1e-7, err_msg=name)
     plain, _ = contrastive_loss(q, d, temperature=0.05)
     float64 = [np.asarray(x, np.float64) for x in (q, d, tq, td)]
-    term = _reference_similarity(*float64) if mode == "similarity" else _reference_softmax(*float64, 0.05)
+    term = _reference_similarity(*float64) if mode == "similarity" else _reference_softmax(*float64, temperature)
     np.testing.assert_allclose(float(v1), float(plain) + 0.5 * term, rtol=1e-5)
 
 
@@ -128,8 +130,36 @@ def test_label_free_loss_is_the_term_alone_and_bad_settings_are_refused():
     with pytest.raises(BadValueError, match="must be a number > 0"):
         matched(None, 0.0)
     for temperature in (0.0, -0.05, "0.05", True):
-        with pytest.raises(BadValueError, match="embedding_distillation_temperature must be a number > 0"):
+        with pytest.raises(BadValueError, match=r"embedding_distillation_temperature must be a number in \(0, 1000\)"):
             matched(None, 1.0, "softmax", temperature)
+
+
+def test_the_objective_settings_reach_the_term_and_a_temperature_it_would_ignore_is_refused():
+    from samtone_jax.data.input_spec import InputSpec
+    from samtone_jax.training.objective import training_loss
+    from samtone_jax.training.settings import ObjectiveSettings
+
+    q, d, tq, td = (jnp.asarray(x, jnp.float32) for x in _batch(4))
+    spec = InputSpec(query_length=8, doc_length=8)
+    contrastive = functools.partial(contrastive_loss, temperature=0.05)
+    terms = ObjectiveSettings(
+        embedding_distillation_weight=2.0, embedding_distillation_mode="softmax", embedding_distillation_temperature=0.2
+    )
+    value, metrics = training_loss(contrastive, None, spec, terms, teacher_embeddings="folder")(
+        q, d, teacher_query=tq, teacher_doc=td
+    )
+    plain, _ = contrastive_loss(q, d, temperature=0.05)
+    want = float(plain) + 2.0 * _reference_softmax(*(np.asarray(x, np.float64) for x in (q, d, tq, td)), 0.2)
+    np.testing.assert_allclose(float(value), want, rtol=1e-5)
+    unset = dataclasses.replace(terms, embedding_distillation_temperature=None)  # the default τ, 0.05
+    value, _ = training_loss(contrastive, None, spec, unset, teacher_embeddings="folder")(
+        q, d, teacher_query=tq, teacher_doc=td
+    )
+    want = float(plain) + 2.0 * _reference_softmax(*(np.asarray(x, np.float64) for x in (q, d, tq, td)), 0.05)
+    np.testing.assert_allclose(float(value), want, rtol=1e-5)
+    cosines = dataclasses.replace(terms, embedding_distillation_mode="similarity")
+    with pytest.raises(BadValueError, match="is the 'softmax' mode's τ, and objective.embedding_distillation_mode"):
+        training_loss(contrastive, None, spec, cosines, teacher_embeddings="folder")
 
 
 def test_text_lines_are_pairs_of_a_text_with_itself_and_mixed_fields_are_refused(tmp_path):
@@ -226,7 +256,7 @@ def test_a_run_distilled_from_its_own_start_pays_nothing_at_its_first_step(
         f"--gin.inputs.teacher_embeddings='{teacher_folder}'",
         "--gin.objective.embedding_distillation_weight=1.0",
         f"--gin.objective.embedding_distillation_mode='{mode}'",
-        "--gin.objective.embedding_distillation_temperature=0.02",
+        *(["--gin.objective.embedding_distillation_temperature=0.05"] if mode == "softmax" else []),
         f"--gin.objective.contrastive_weight={contrastive}",
         "--gin.BertConfig.dropout_rate=0.0",
         "--gin.BertConfig.attention_dropout_rate=0.0",

@@ -96,7 +96,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         type=float,
         default=100.0,
         help="--teacher: the weight of the embedding-distillation term (its similarity gaps are about 0.004 beside "
-        "a contrastive loss of about 1: at 1 it changes nothing measurable; docs/RESULTS.md)",
+        "a contrastive loss of about 1: at 1 it changes nothing measurable; docs/RESULTS.md); with "
+        "objective.embedding_distillation_mode='softmax' (a KL on the contrastive loss's scale) about 1",
     )
     p.add_argument(
         "--guard",

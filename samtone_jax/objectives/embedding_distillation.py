@@ -23,9 +23,9 @@ teacher's t^q_i, t^d_i (width D_t, normalised here).
                      At the contrastive loss's τ its gradient is on the contrastive loss's scale, where
                      'similarity''s squared cosine gaps (about 1e-5) need a weight of about 100.
 
-Both are sums of per-row terms: sharded (`axis_name`, inside shard_map), each device scores its rows
-against the gathered batch and the sums are psum'd, so value and gradient equal one device's with the
-whole batch. Computed in float32; the teacher's side carries no gradient.
+Each mode is a sum of per-row terms: sharded (`axis_name`, inside shard_map), each device scores its rows
+(against the gathered batch, where a mode compares across it) and the sums are psum'd, so value and
+gradient equal one device's with the whole batch. Computed in float32; the teacher's side carries no gradient.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from samtone_jax.core.errors import BadValueError
 
 MODES = ("similarity", "cosine", "softmax")
 MATRICES = ("qd", "qq", "dd")
+TEMPERATURE = 0.05  # 'softmax''s default τ: the recipe's contrastive τ (sentence-transformers' scale 20)
 DIRECTIONS = ("qd", "dq")  # softmax: each query over the documents, each document over the queries
 
 
@@ -52,7 +53,7 @@ def embedding_distillation(
     teacher_doc: jax.Array,
     *,
     mode: str = "similarity",
-    temperature: float = 0.05,
+    temperature: float = TEMPERATURE,
     axis_name: str | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """(L of the module docstring, metrics) for this device's rows: q, d [b, D_s] L2-normalised,
@@ -114,8 +115,8 @@ def _check_settings(mode: str, temperature: float) -> None:
         raise BadValueError(f"objective.embedding_distillation_mode = {mode!r} must be one of {MODES}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < 1e3:
         raise BadValueError(
-            f"objective.embedding_distillation_temperature must be a number > 0 ('softmax''s τ, such as the "
-            f"contrastive loss's 0.05); got {temperature!r}"
+            f"objective.embedding_distillation_temperature must be a number in (0, 1000) ('softmax''s τ, such as "
+            f"the contrastive loss's 0.05); got {temperature!r}"
         )
 
 
@@ -142,7 +143,7 @@ def _softmax_matched(student, teacher, temperature, gathered, axis_name):
     }
 
 
-def matched(loss_fn, weight: float, mode: str = "similarity", temperature: float = 0.05):
+def matched(loss_fn, weight: float, mode: str = "similarity", temperature: float = TEMPERATURE):
     """A step loss taking `teacher_query` / `teacher_doc` [B, D_t]: loss_fn(...) (contrastive_loss's
     signature, or an objective built on it; None: no other term, as label-free adaptation trains)
     + weight · embedding_distillation(...) (`temperature`: 'softmax''s τ). Metrics: loss_fn's, the

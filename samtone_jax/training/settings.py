@@ -80,8 +80,8 @@ class ObjectiveSettings:
     embeddings pushed apart on the sphere); `embedding_distillation_weight` w > 0 adds w · the student's
     embeddings matched to the teacher's (inputs.teacher_embeddings), by `embedding_distillation_mode`
     'similarity' (the in-batch similarity matrices, any widths), 'cosine' (each text's, equal widths) or
-    'softmax' (the teacher's in-batch softmax at `embedding_distillation_temperature` as soft labels;
-    objectives/embedding_distillation.py). With contrastive_weight 0 and no score distillation it is the
+    'softmax' (the teacher's in-batch softmax at `embedding_distillation_temperature`, default 0.05, as
+    soft labels; objectives/embedding_distillation.py). With contrastive_weight 0 and no score distillation it is the
     whole loss (label-free adaptation)."""
 
     contrastive_weight: float = 1.0
@@ -93,7 +93,7 @@ class ObjectiveSettings:
     spread_out_weight: float = 0.0
     embedding_distillation_weight: float = 0.0
     embedding_distillation_mode: str = "similarity"
-    embedding_distillation_temperature: float = 0.05
+    embedding_distillation_temperature: float | None = None  # 'softmax' only; None: 0.05
 
 
 @gin.configurable("step")
