@@ -16,7 +16,7 @@ questions among 5,000 sentences), each arm one `samtone finetune` a seed (train.
   teacher_ft   + the mpnet arm's seed-0 run as the teacher (a bigger model that learnt the data; made once,
                first, and the same teacher for every seed of the student)
   teacher_kl   teacher_ft with the teacher's in-batch ranking as soft labels at weight 1 (the KL of the
-               in-batch softmaxes at τ 0.05: objective.embedding_distillation_mode='softmax'), where
+               in-batch softmaxes at τ 0.05: --teacher_mode=softmax), where
                teacher_ft matches the cosines themselves (weight 100)
   full         hn_refresh + teacher_ft's teacher; full_wise0.8: its run mixed with the base as wise0.8
   st_mnrl      the peer: sentence-transformers' own model and MultipleNegativesRankingLoss (query ->
@@ -63,11 +63,7 @@ ARMS = {  # arm -> extra `samtone finetune` flags (wise0.8: made from plain, see
     "teacher": ["--teacher=all-mpnet-base-v2"],
     "mpnet": ["--base=all-mpnet-base-v2"],
     "teacher_ft": ["--teacher={teacher}"],
-    "teacher_kl": [
-        "--teacher={teacher}",
-        "--teacher_weight=1",
-        "--gin_bindings=objective.embedding_distillation_mode='softmax'",
-    ],
+    "teacher_kl": ["--teacher={teacher}", "--teacher_mode=softmax", "--teacher_weight=1"],
     "full": ["--hard_negatives=1", "--refresh_negatives=250", "--teacher={teacher}"],
     "wise0.8": None,
     "hn_wise0.8": None,

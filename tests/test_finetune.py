@@ -89,7 +89,7 @@ def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet
     argv[argv.index("--gin.BATCH_SIZE=8")] = "--gin.BATCH_SIZE=4"
     teacher = tiny_wordpiece_bert(tmp_path / "teacher", source.texts(), hidden_size=48)
     extra = ["--hard_negatives=1", "--negative_margin=0", "--refresh_negatives=1", "--guard", "none"]
-    extra += [f"--teacher={teacher}"]
+    extra += [f"--teacher={teacher}", "--teacher_mode=softmax"]
     assert cli.main([*argv, *extra, "--teacher_weight=0.5"]) == 0
     for step in (0, 1):
         mined = tmp_path / "hard" / f"negatives_k1_m0_step{step}.tsv"
@@ -110,10 +110,13 @@ def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet
     assert {p: p.stat().st_mtime_ns for p in [mined, *(tmp_path / "hard" / "run" / "checkpoints").iterdir()]} == done
     assert config["inputs.teacher_embeddings"] == str(tmp_path / "hard" / "teacher_embeddings")
     assert config["objective.embedding_distillation_weight"] == 0.5
+    assert config["objective.embedding_distillation_mode"] == "softmax"
     taught = json.loads((tmp_path / "hard" / "teacher_embeddings" / "documents" / "manifest.json").read_text())
     assert taught["fingerprint"]["source"] == str(tmp_path / "hard" / "teacher")  # the teacher's, imported
     assert cli.main([*argv, *extra, "--teacher_weight=0.25"]) == 2  # another weight: another recipe
     assert "teacher_weight: 0.5 then, 0.25 now" in capsys.readouterr().err
+    assert cli.main([*argv, *extra[:-1], "--teacher_weight=0.5"]) == 2  # the default mode: another recipe
+    assert "teacher_mode: 'softmax' then, None now" in capsys.readouterr().err
     # WiSE-FT: a dev split held out of training, the run mixed with its base at the α picked on it
     # (the best dev score: no guard constraint at min_retention 0), that mix evaluated and exported.
     wise = tmp_path / "wise"

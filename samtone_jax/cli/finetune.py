@@ -11,7 +11,8 @@ command. Each step is resumable and skipped when its output is there:
      teacher   with --teacher: a bigger model (all-mpnet-base-v2, any folder --base takes) imported into
                OUT/teacher and run once over the training texts (samtone encode) into
                OUT/teacher_embeddings: the run matches the in-batch similarities of its embeddings to
-               the teacher's (embedding-level distillation, --teacher_weight)
+               the teacher's, or with --teacher_mode=softmax the teacher's in-batch ranking
+               (embedding-level distillation, --teacher_weight)
   3. train     runs/finetune_minilm.gin's recipe on your pairs (a JSONL file: 10 % of its queries held
                out by a stated rule, or any task by name) into OUT/run, guarded on the built-in tasks it
                does not train on whose data is here (or --guard): their retention is logged as it trains
@@ -53,6 +54,9 @@ GUARD_CANDIDATES = ("wordnet_definitions", "multireqa_squad_dev")  # built in: n
 # still finds negatives below the margin (at samtone mine's 100, WordNet pairs left 38 % of the
 # queries without one, and those queries untrained).
 MINING_DEPTH = 1000
+# --teacher_mode -> --teacher_weight's default: the weight at which the term does something beside the
+# contrastive loss without swamping it (docs/RESULTS.md)
+TEACHER_WEIGHTS = {"similarity": 100.0, "softmax": 1.0, "cosine": 100.0}
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -92,12 +96,21 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         "folder --base takes); none by default",
     )
     p.add_argument(
+        "--teacher_mode",
+        default="similarity",
+        choices=TEACHER_WEIGHTS,
+        help="--teacher: what the run matches (objective.embedding_distillation_mode): 'similarity' the in-batch "
+        "cosines, 'softmax' the teacher's in-batch ranking as soft labels (a KL at τ 0.05), 'cosine' each "
+        "text's embedding (equal widths)",
+    )
+    p.add_argument(
         "--teacher_weight",
         type=float,
-        default=100.0,
-        help="--teacher: the weight of the embedding-distillation term (its similarity gaps are about 0.004 beside "
-        "a contrastive loss of about 1: at 1 it changes nothing measurable; docs/RESULTS.md); with "
-        "objective.embedding_distillation_mode='softmax' (a KL on the contrastive loss's scale) about 1",
+        default=None,
+        help="--teacher: the weight of the distillation term; by default "
+        + ", ".join(f"{w:g} for {m}" for m, w in TEACHER_WEIGHTS.items())
+        + " (similarity's cosine gaps are about 0.004 beside a contrastive loss of about 1: at 1 it changes "
+        "nothing measurable; softmax's KL is on the contrastive loss's scale; docs/RESULTS.md)",
     )
     p.add_argument(
         "--guard",
@@ -267,7 +280,9 @@ def fine_tune(args, bindings) -> Outcome:
         encode = ["encode", *gin, f"--checkpoint={teacher}", f"--task={task}", "--split=train", "--side=both"]
         _step([*encode, f"--out={embeddings}"], "the teacher's embeddings of the training texts")  # resumable
         train += [f"--gin.inputs.teacher_embeddings='{embeddings}'"]
-        train += [f"--gin.objective.embedding_distillation_weight={args.teacher_weight}"]
+        train += [f"--gin.objective.embedding_distillation_weight={_teacher_weight(args)}"]
+        if args.teacher_mode != "similarity":  # the default: a gin file's objective.* mode is left to it
+            train += [f"--gin.objective.embedding_distillation_mode='{args.teacher_mode}'"]
     train += [f"--steps={args.steps}"] if args.steps else []
     train += [f"--learning_rate={args.learning_rate}"] if args.learning_rate else []
     if guards:
@@ -377,7 +392,7 @@ def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
         raise BadValueError(f"--negative_margin={args.negative_margin}: must be in [0, 1) (a fraction of the positive)")
     if not 0 <= args.min_retention <= 1:
         raise BadValueError(f"--min_retention={args.min_retention}: a fraction of the base's score, in [0, 1]")
-    if args.teacher is not None and not args.teacher_weight > 0:
+    if args.teacher is not None and not _teacher_weight(args) > 0:
         raise BadValueError(f"--teacher_weight={args.teacher_weight}: must be > 0 (the teacher's term's weight)")
     keys = ("data", "base", "steps", "learning_rate", "test_fraction", "hard_negatives")
     now = {k: getattr(args, k) for k in keys} | {
@@ -386,7 +401,8 @@ def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
     if args.refresh_negatives:  # absent otherwise: an earlier release's finetune.json still matches
         now |= {"refresh_negatives": args.refresh_negatives}
     if args.teacher:  # absent otherwise: an earlier release's finetune.json still matches
-        now |= {"teacher": args.teacher, "teacher_weight": args.teacher_weight}
+        now |= {"teacher": args.teacher, "teacher_weight": _teacher_weight(args)}
+        now |= {"teacher_mode": args.teacher_mode} if args.teacher_mode != "similarity" else {}  # as above
     if args.wise_ft:  # absent otherwise: an earlier release's finetune.json still matches; what α is picked on
         now |= {"wise_ft": True, "min_retention": args.min_retention, "grid": WISE_FT_GRID}
         now |= {k: getattr(args, k) for k in ("max_queries", "guard_queries", "guard_candidates")}
@@ -404,6 +420,11 @@ def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
             )
         return
     write_atomic(record, json.dumps(now, indent=1) + "\n")
+
+
+def _teacher_weight(args) -> float:
+    """--teacher_weight, or --teacher_mode's default weight."""
+    return TEACHER_WEIGHTS[args.teacher_mode] if args.teacher_weight is None else args.teacher_weight
 
 
 def _is_file(data: str) -> bool:
