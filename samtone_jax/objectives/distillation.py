@@ -64,6 +64,19 @@ def student_logits(q, d, negatives, temperature) -> jax.Array:
     return jnp.concatenate([positive[:, None], hard], axis=1) / temperature
 
 
+def listwise_kl(student: jax.Array, teacher: jax.Array) -> jax.Array:
+    """[b]: each row's KL(softmax(teacher) ‖ softmax(student)) of [b, n] logits (log-softmaxes
+    max-subtracted)."""
+    log_p_t = jax.nn.log_softmax(teacher, axis=1)
+    log_p_s = jax.nn.log_softmax(student, axis=1)
+    return jnp.sum(jnp.exp(log_p_t) * (log_p_t - log_p_s), axis=1)
+
+
+def top1_agreement(student: jax.Array, teacher: jax.Array) -> jax.Array:
+    """[b] float32: 1 where a row's top entry is the same in the student's and teacher's logits."""
+    return (jnp.argmax(student, axis=1) == jnp.argmax(teacher, axis=1)).astype(jnp.float32)
+
+
 def distillation_loss(
     q: jax.Array,
     d: jax.Array,
@@ -95,10 +108,8 @@ def distillation_loss(
         margins_t = teacher[:, :1] - teacher[:, 1:]
         loss = jnp.mean(jnp.square(margins_s - margins_t))
     else:
-        log_p_t = jax.nn.log_softmax(teacher, axis=1)
-        log_p_s = jax.nn.log_softmax(student, axis=1)
-        loss = jnp.mean(jnp.sum(jnp.exp(log_p_t) * (log_p_t - log_p_s), axis=1))
-    agreement = jnp.mean((jnp.argmax(student, axis=1) == jnp.argmax(teacher, axis=1)).astype(jnp.float32))
+        loss = jnp.mean(listwise_kl(student, teacher))
+    agreement = jnp.mean(top1_agreement(student, teacher))
     metrics = {f"distill/{mode}": loss, "distill/teacher_agreement": agreement}
     if axis_name is not None:
         loss, metrics = jax.lax.pmean((loss, metrics), axis_name)

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from samtone_jax.core.errors import BadValueError
+from samtone_jax.objectives.distillation import listwise_kl, top1_agreement
 
 MODES = ("similarity", "cosine", "softmax")
 MATRICES = ("qd", "qq", "dd")
@@ -53,15 +54,15 @@ def embedding_distillation(
     teacher_doc: jax.Array,
     *,
     mode: str = "similarity",
-    temperature: float = TEMPERATURE,
+    temperature: float | None = None,
     axis_name: str | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """(L of the module docstring, metrics) for this device's rows: q, d [b, D_s] L2-normalised,
-    teacher_query, teacher_doc [b, D_t] (any scale); `temperature`: 'softmax''s τ. Metrics:
+    teacher_query, teacher_doc [b, D_t] (any scale); `temperature`: 'softmax''s τ (None: TEMPERATURE). Metrics:
     `embedding_distillation/<mode>` and, for 'similarity', the mean absolute gap of each matrix
     (`embedding_distillation/gap_<qd|qq|dd>`); for 'softmax', how often the student's top document
     (query) for a row is the teacher's (`embedding_distillation/top1_agreement`)."""
-    _check_settings(mode, temperature)
+    temperature = _checked_temperature(mode, temperature)
     if q.ndim != 2 or d.shape != q.shape:
         raise BadValueError(f"embedding_distillation: q and d must both be [B, D]; got {q.shape} and {d.shape}")
     if teacher_query is None or teacher_doc is None:
@@ -110,14 +111,24 @@ def embedding_distillation(
     return loss, {"embedding_distillation/similarity": loss, **gaps}
 
 
-def _check_settings(mode: str, temperature: float) -> None:
+def _checked_temperature(mode: str, temperature: float | None) -> float:
+    """'softmax''s τ (None: TEMPERATURE), once the mode and τ are checked; τ given to another mode, which
+    would ignore it, is refused."""
     if mode not in MODES:
         raise BadValueError(f"objective.embedding_distillation_mode = {mode!r} must be one of {MODES}")
+    if temperature is None:
+        return TEMPERATURE
+    if mode != "softmax":
+        raise BadValueError(
+            f"objective.embedding_distillation_temperature = {temperature} is the 'softmax' mode's τ, and "
+            f"objective.embedding_distillation_mode is {mode!r}: drop the temperature or set the mode to 'softmax'"
+        )
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < 1e3:
         raise BadValueError(
             f"objective.embedding_distillation_temperature must be a number in (0, 1000) ('softmax''s τ, such as "
             f"the contrastive loss's 0.05); got {temperature!r}"
         )
+    return temperature
 
 
 def _softmax_matched(student, teacher, temperature, gathered, axis_name):
@@ -128,10 +139,7 @@ def _softmax_matched(student, teacher, temperature, gathered, axis_name):
         r, c = name
         s = student[r] @ gathered(student[c]).T / temperature  # [b, B]
         t = teacher[r] @ gathered(teacher[c]).T / temperature
-        log_p_t, log_p_s = jax.nn.log_softmax(t, axis=1), jax.nn.log_softmax(s, axis=1)
-        kl = jnp.sum(jnp.exp(log_p_t) * (log_p_t - log_p_s))
-        agree = jnp.sum((jnp.argmax(s, axis=1) == jnp.argmax(t, axis=1)).astype(jnp.float32))
-        sums = kl, agree, jnp.asarray(s.shape[0], jnp.float32)
+        sums = jnp.sum(listwise_kl(s, t)), jnp.sum(top1_agreement(s, t)), jnp.asarray(s.shape[0], jnp.float32)
         if axis_name is not None:
             sums = jax.lax.psum(sums, axis_name)
         kls.append(sums[0] / sums[2])
@@ -143,14 +151,14 @@ def _softmax_matched(student, teacher, temperature, gathered, axis_name):
     }
 
 
-def matched(loss_fn, weight: float, mode: str = "similarity", temperature: float = TEMPERATURE):
+def matched(loss_fn, weight: float, mode: str = "similarity", temperature: float | None = None):
     """A step loss taking `teacher_query` / `teacher_doc` [B, D_t]: loss_fn(...) (contrastive_loss's
     signature, or an objective built on it; None: no other term, as label-free adaptation trains)
-    + weight · embedding_distillation(...) (`temperature`: 'softmax''s τ). Metrics: loss_fn's, the
+    + weight · embedding_distillation(...) (`temperature`: 'softmax''s τ, None: TEMPERATURE). Metrics: loss_fn's, the
     term's, `embedding_distillation/loss` and `loss`, the sum."""
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
         raise BadValueError(f"objective.embedding_distillation_weight must be a number > 0 here; got {weight!r}")
-    _check_settings(mode, temperature)
+    _checked_temperature(mode, temperature)  # refused when the loss is built, not at its first step
 
     def loss(q, d, *, teacher_query=None, teacher_doc=None, axis_name=None, **kwargs):
         term, metrics = embedding_distillation(

@@ -51,18 +51,11 @@ def training_loss(loss_fn, distill_fn, spec: InputSpec, terms: ObjectiveSettings
                 "objective.embedding_distillation_weight > 0 needs inputs.teacher_embeddings: the teacher's "
                 "`samtone encode --side=both` folder of the task"
             )
-        temperature = terms.embedding_distillation_temperature
-        if temperature is not None and terms.embedding_distillation_mode != "softmax":
-            raise BadValueError(
-                f"objective.embedding_distillation_temperature = {temperature} is the 'softmax' mode's τ, and "
-                f"objective.embedding_distillation_mode is {terms.embedding_distillation_mode!r}: drop the "
-                "temperature or set the mode to 'softmax'"
-            )
         objective = embedding_distillation.matched(
             objective,
             terms.embedding_distillation_weight,
             terms.embedding_distillation_mode,
-            embedding_distillation.TEMPERATURE if temperature is None else temperature,
+            terms.embedding_distillation_temperature,
         )
     elif teacher_embeddings is not None:
         raise BadValueError(
