@@ -258,7 +258,8 @@ def fine_tune(args, bindings) -> Outcome:
         _check_wise_ft(args, task)
     guards = _guards(args, task)
     splits = {name: _split(name) for name in [task, *guards]}  # each read, before anything runs
-    _same_settings(out, args, guards, given)
+    _check_flags(args)
+    finetune_state.same_settings(out, _settings(args, guards, given))
     # 1. import: the base, as a samtone parameter checkpoint
     base = _imported(args.base, str(out / "base"), "--base")
     _, base_dir, _ = reader.resolve(base)
@@ -350,9 +351,6 @@ def fine_tune(args, bindings) -> Outcome:
     return Outcome(base, run_dir, model, export, rows, table)
 
 
-SETTINGS = "finetune.json"
-
-
 def _imported(source: str, folder: str, flag: str) -> str:
     """`source` as a samtone parameter checkpoint: itself when it is one, else imported into `folder`
     (a pretrained model by name, a sentence-transformers or Hugging Face folder), once."""
@@ -374,11 +372,8 @@ def _imported(source: str, folder: str, flag: str) -> str:
     return folder
 
 
-def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
-    """Record in OUT/finetune.json what OUT's outputs are made from, or refuse a rerun that asks for
-    others: a done step is skipped by its output alone, which must not be another recipe's."""
-    from samtone_jax.core import paths
-    from samtone_jax.core.atomic_file import write_atomic
+def _check_flags(args) -> None:
+    """Refuse flag values no step could use, before anything runs."""
     from samtone_jax.core.errors import BadValueError
 
     if args.hard_negatives < 0:
@@ -394,32 +389,25 @@ def _same_settings(out, args, guards: list[str], given: list[str]) -> None:
         raise BadValueError(f"--min_retention={args.min_retention}: a fraction of the base's score, in [0, 1]")
     if args.teacher is not None and not _teacher_weight(args) > 0:
         raise BadValueError(f"--teacher_weight={args.teacher_weight}: must be > 0 (the teacher's term's weight)")
+
+
+def _settings(args, guards: list[str], given: list[str]) -> dict:
+    """What OUT's outputs are made from (OUT/finetune.json). A setting added by a later release is
+    left out at its old default, so an earlier release's finetune.json still matches."""
     keys = ("data", "base", "steps", "learning_rate", "test_fraction", "hard_negatives")
     now = {k: getattr(args, k) for k in keys} | {
         "negative_margin": args.negative_margin if args.hard_negatives else None
     }
-    if args.refresh_negatives:  # absent otherwise: an earlier release's finetune.json still matches
+    if args.refresh_negatives:
         now |= {"refresh_negatives": args.refresh_negatives}
-    if args.teacher:  # absent otherwise: an earlier release's finetune.json still matches
+    if args.teacher:
         now |= {"teacher": args.teacher, "teacher_weight": _teacher_weight(args)}
-        now |= {"teacher_mode": args.teacher_mode} if args.teacher_mode != "similarity" else {}  # as above
-    if args.wise_ft:  # absent otherwise: an earlier release's finetune.json still matches; what α is picked on
+        now |= {"teacher_mode": args.teacher_mode} if args.teacher_mode != "similarity" else {}
+    if args.wise_ft:  # and what α is picked on
         now |= {"wise_ft": True, "min_retention": args.min_retention, "grid": WISE_FT_GRID}
         now |= {k: getattr(args, k) for k in ("max_queries", "guard_queries", "guard_candidates")}
         now |= {"dev_fraction": args.dev_fraction} if _is_file(args.data) else {}
-    now |= {"guard": guards, "gin_file": list(args.gin_file), "gin_bindings": list(given)}
-    record = paths.as_path(out) / SETTINGS
-    if record.exists():
-        then = json.loads(record.read_text())
-        keys = [*now, *(k for k in then if k not in now)]  # a setting given then and not now differs too
-        differ = [f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in keys if then.get(k) != now.get(k)]
-        if differ:
-            raise BadValueError(
-                f"{paths.as_str(out)} holds a fine-tune made with other settings ({'; '.join(differ)}): choose another "
-                "--out, or rerun with the same settings to go on from its last step"
-            )
-        return
-    write_atomic(record, json.dumps(now, indent=1) + "\n")
+    return now | {"guard": guards, "gin_file": list(args.gin_file), "gin_bindings": list(given)}
 
 
 def _teacher_weight(args) -> float:

@@ -1,11 +1,35 @@
 """What a `samtone finetune` folder already holds, read so that a rerun goes on from its last step and
-never serves an output made from another: the run's trained step, the stages between hard-negative
-refreshes, the eval records and the export of the model as it is now."""
+never serves an output made from another: the settings its outputs were made from, the run's trained
+step, the stages between hard-negative refreshes, the eval records and the export of the model as it is
+now."""
 
 from __future__ import annotations
 
 import json
 import re
+
+SETTINGS = "finetune.json"
+
+
+def same_settings(out, now: dict) -> None:
+    """Record `now` in OUT/finetune.json, or refuse a rerun whose settings differ from those recorded: a
+    done step is skipped by its output alone, which must not be another recipe's."""
+    from samtone_jax.core import paths
+    from samtone_jax.core.atomic_file import write_atomic
+    from samtone_jax.core.errors import BadValueError
+
+    record = paths.as_path(out) / SETTINGS
+    if not record.exists():
+        write_atomic(record, json.dumps(now, indent=1) + "\n")
+        return
+    then = json.loads(record.read_text())
+    keys = [*now, *(k for k in then if k not in now)]  # a setting given then and not now differs too
+    differ = [f"{k}: {then.get(k)!r} then, {now.get(k)!r} now" for k in keys if then.get(k) != now.get(k)]
+    if differ:
+        raise BadValueError(
+            f"{paths.as_str(out)} holds a fine-tune made with other settings ({'; '.join(differ)}): choose another "
+            "--out, or rerun with the same settings to go on from its last step"
+        )
 
 
 def stages(total: int, every: int) -> list[tuple[int, int]]:
