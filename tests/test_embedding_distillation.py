@@ -242,6 +242,35 @@ def _logged(model_dir) -> dict[str, list[float]]:
     return {n: [float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors(n)] for n in events.Tags()["tensors"]}
 
 
+def test_the_teacher_soft_labels_peak_is_measured_on_its_pairs():
+    # How much of each query's in-batch softmax a teacher puts on its own document (finetune warns when
+    # it is near 1: the teacher learnt the pairs). Four pairs, τ 0.5.
+    from samtone_jax.training.teacher_embeddings import TeacherEmbeddings
+
+    eye = np.eye(4, dtype=np.float32)
+    ids = np.arange(10, 14, dtype=np.int64)
+    pairs = [(int(i), int(i)) for i in ids]
+    # q_i = d_i = e_i, batches of all four: each query at cosine 1 from its own document and 0 from the
+    # others, logits 2, 0, 0, 0: e^2 / (e^2 + 3)
+    same = TeacherEmbeddings({"query_id": ids, "doc_id": ids}, {"query_id": eye, "doc_id": eye}, "hand")
+    assert same.positive_probability(pairs, batch_size=8, temperature=0.5, batches=3) == pytest.approx(
+        0.711235, abs=1e-6
+    )
+    # d_i = (e_i + e_{i+1}) / √2 (given unnormalised): query i is at cosine 1/√2 from its own document and
+    # from document i − 1, 0 from the rest; logits √2, √2, 0, 0: e^√2 / (2 e^√2 + 2)
+    shifted = 3 * (eye + np.roll(eye, 1, axis=1))
+    near = TeacherEmbeddings({"query_id": ids, "doc_id": ids}, {"query_id": eye, "doc_id": shifted}, "hand")
+    assert near.positive_probability(pairs, batch_size=4, temperature=0.5, batches=2) == pytest.approx(
+        0.402215, abs=1e-6
+    )
+    # batches of 2 drawn from the 4: one other document a batch, e^2 / (e^2 + 1)
+    assert same.positive_probability(pairs, batch_size=2, temperature=0.5) == pytest.approx(0.880797, abs=1e-6)
+    with pytest.raises(BadValueError, match="no query embedding for 1"):
+        same.positive_probability([(99, 10)], batch_size=4, temperature=0.5)
+    with pytest.raises(BadValueError, match="no pairs"):
+        same.positive_probability([], batch_size=4, temperature=0.5)
+
+
 @pytest.mark.parametrize("mode", ["cosine", "similarity", "softmax"])
 def test_a_run_distilled_from_its_own_start_pays_nothing_at_its_first_step(
     mode, teacher_folder, tiny_bert_import, wordnet_env, tmp_path

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from conftest import tiny_wordpiece_bert
@@ -15,7 +16,7 @@ from samtone_jax.core import stop_request
 
 
 @pytest.mark.slow
-def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet_env, capsys, monkeypatch):
+def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet_env, capsys, monkeypatch, caplog):
     from samtone_jax.tasks import catalogue
 
     gin_registry.parse([], [])
@@ -90,7 +91,13 @@ def test_finetune_runs_every_step_prints_the_table_and_resumes(tmp_path, wordnet
     teacher = tiny_wordpiece_bert(tmp_path / "teacher", source.texts(), hidden_size=48)
     extra = ["--hard_negatives=1", "--negative_margin=0", "--refresh_negatives=1", "--guard", "none"]
     extra += [f"--teacher={teacher}", "--teacher_mode=softmax"]
-    assert cli.main([*argv, *extra, "--teacher_weight=0.5"]) == 0
+    monkeypatch.setattr(finetune, "TEACHER_PEAK", 0.0)  # every teacher told apart as one that learnt the pairs
+    with caplog.at_level(logging.INFO, logger="samtone_jax.cli.finetune"):
+        assert cli.main([*argv, *extra, "--teacher_weight=0.5"]) == 0
+    (peak,) = [r for r in caplog.records if "of each training query's in-batch softmax" in r.getMessage()]
+    assert peak.levelno == logging.WARNING and "(batches of 4, τ 0.05)" in peak.getMessage()  # --gin.BATCH_SIZE=4
+    assert "it has learnt these pairs" in peak.getMessage()
+    assert 0 < float(peak.getMessage().split("puts ")[1].split()[0]) < 1
     for step in (0, 1):
         mined = tmp_path / "hard" / f"negatives_k1_m0_step{step}.tsv"
         counts = json.loads(mined.with_name(mined.name + ".json").read_text())

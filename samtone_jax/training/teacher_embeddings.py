@@ -61,6 +61,29 @@ class TeacherEmbeddings:
             out[name] = table[rows]
         return out
 
+    def positive_probability(
+        self, pairs: list[tuple[int, int]], batch_size: int, temperature: float, batches: int = 200, seed: int = 0
+    ) -> float:
+        """The teacher's mean in-batch softmax probability on each query's own document: `batches`
+        batches of `batch_size` distinct `pairs` (query text id, document text id) drawn at random (all
+        of them in each when there are fewer), each query's softmax at `temperature` over its batch's
+        documents. Near 1, the teacher's soft labels are the pairs' hard labels (a teacher that learnt
+        these pairs): distilling its in-batch ranking adds little beyond the contrastive loss."""
+        if not pairs:
+            raise BadValueError(f"inputs.teacher_embeddings ({self.where}): no pairs to measure the teacher on")
+        ids = np.asarray(pairs, np.int64)
+        rows = self.attach({"query_id": ids[:, 0], "doc_id": ids[:, 1]})
+        q, d = (rows[name].astype(np.float64) for name in NAMES.values())
+        q, d = (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) for x in (q, d))
+        rng, size = np.random.default_rng(seed), min(batch_size, len(ids))
+        total = 0.0
+        for _ in range(batches):
+            pick = rng.choice(len(ids), size, replace=False)
+            logits = q[pick] @ d[pick].T / temperature
+            logits -= logits.max(axis=1, keepdims=True)
+            total += float(np.mean(np.exp(np.diag(logits)) / np.exp(logits).sum(axis=1)))
+        return total / batches
+
 
 def load(folders: str | tuple[str, ...], tasks: tuple[str, ...], split: str) -> TeacherEmbeddings:
     """The teacher embeddings of `tasks`' `split` from `folders` (one `samtone encode --side=both`
