@@ -18,6 +18,10 @@ questions among 5,000 sentences), each arm one `samtone finetune` a seed (train.
   teacher_kl   teacher_ft with the teacher's in-batch ranking as soft labels at weight 1 (the KL of the
                in-batch softmaxes at τ 0.05: --teacher_mode=softmax), where
                teacher_ft matches the cosines themselves (weight 100)
+  teacher_kl_t0.2  the same at τ 0.2, weight 4: softer labels (the teacher learnt these pairs, and puts 0.989
+               of a training query's softmax on its own document at τ 0.05, 0.29 at τ 0.2: its ranking of the
+               other documents shows; experiments/teacher_soft_labels.py), the weight for the KL's gradient
+               (÷ τ) to sit near the contrastive loss's
   full         hn_refresh + teacher_ft's teacher; full_wise0.8: its run mixed with the base as wise0.8
   st_mnrl      the peer: sentence-transformers' own model and MultipleNegativesRankingLoss (query ->
                document, scale 20) on the same pipeline's batches, 500 steps of 64 at 32 / 48 tokens, with
@@ -64,6 +68,12 @@ ARMS = {  # arm -> extra `samtone finetune` flags (wise0.8: made from plain, see
     "mpnet": ["--base=all-mpnet-base-v2"],
     "teacher_ft": ["--teacher={teacher}"],
     "teacher_kl": ["--teacher={teacher}", "--teacher_mode=softmax", "--teacher_weight=1"],
+    "teacher_kl_t0.2": [
+        "--teacher={teacher}",
+        "--teacher_mode=softmax",
+        "--teacher_weight=4",
+        "--gin_bindings=objective.embedding_distillation_temperature=0.2",
+    ],
     "full": ["--hard_negatives=1", "--refresh_negatives=250", "--teacher={teacher}"],
     "wise0.8": None,
     "hn_wise0.8": None,
