@@ -265,6 +265,18 @@ def test_the_teacher_soft_labels_peak_is_measured_on_its_pairs():
     )
     # batches of 2 drawn from the 4: one other document a batch, e^2 / (e^2 + 1)
     assert same.positive_probability(pairs, batch_size=2, temperature=0.5) == pytest.approx(0.880797, abs=1e-6)
+    # Queries 10 and 11 share document 20 (= e0): each leaves the other copy out, as id masking does.
+    # Logits (τ 0.5) over the batch's documents [20, 20, 22, 23]: query 10 [2, −, 0, 0]: e^2 / (e^2 + 2);
+    # query 11 (e1, far from its document) [−, 0, 0, 0]: 1/3; queries 12, 13 [0, 0, 2, 0]: e^2 / (e^2 + 3)
+    shared = TeacherEmbeddings(
+        {"query_id": ids, "doc_id": np.array([20, 22, 23], np.int64)},
+        {"query_id": eye, "doc_id": eye[[0, 2, 3]]},
+        "hand",
+    )
+    duplicated = [(10, 20), (11, 20), (12, 22), (13, 23)]
+    assert shared.positive_probability(duplicated, batch_size=4, temperature=0.5, batches=2) == pytest.approx(
+        0.635697, abs=1e-6
+    )
     with pytest.raises(BadValueError, match="no query embedding for 1"):
         same.positive_probability([(99, 10)], batch_size=4, temperature=0.5)
     with pytest.raises(BadValueError, match="no pairs"):

@@ -285,8 +285,7 @@ def fine_tune(args, bindings) -> Outcome:
         embeddings = str(out / "teacher_embeddings")
         encode = ["encode", *gin, f"--checkpoint={teacher}", f"--task={task}", "--split=train", "--side=both"]
         _step([*encode, f"--out={embeddings}"], "the teacher's embeddings of the training texts")  # resumable
-        batch_size = _recipe_setting("train.batch_size", list(args.gin_file), given)
-        _report_teacher_peak(embeddings, task, batch_size, args.teacher_mode)
+        _report_teacher_peak(embeddings, task, list(args.gin_file), given, args.teacher_mode)
         train += [f"--gin.inputs.teacher_embeddings='{embeddings}'"]
         train += [f"--gin.objective.embedding_distillation_weight={_teacher_weight(args)}"]
         if args.teacher_mode != "similarity":  # the default: a gin file's objective.* mode is left to it
@@ -475,44 +474,51 @@ def _is_samtone(path: str) -> bool:
 def _total_steps(steps: int | None, gin_files: list[str], given: list[str]) -> int:
     """The run's length as its train step reads it: --steps, else the recipe's TRAIN_STEPS /
     train.train_steps as your gin files (in order) and bindings leave it."""
-    return steps or _recipe_setting("train.train_steps", gin_files, given)
+    return steps or int(_recipe_setting("train.train_steps", gin_files, given))
 
 
-def _recipe_setting(name: str, gin_files: list[str], given: list[str]) -> int:
-    """An integer setting of the train step (`train.batch_size`) as the recipe, your gin files (in
-    order) and bindings leave it."""
+def _recipe_setting(name: str, gin_files: list[str], given: list[str]):
+    """A setting of the train step (`train.batch_size`) as the recipe, your gin files (in order) and
+    bindings leave it, or None when none of them sets it."""
     from samtone_jax.config import gin_config
 
     texts = [open(gin_config.resolve_gin_file(f)).read() for f in (RECIPE, *gin_files)]
-    return int(gin_config.read_bindings("\n".join([*texts, *given]))[name])
+    return gin_config.read_bindings("\n".join([*texts, *given])).get(name)
 
 
-def _report_teacher_peak(embeddings: str, task: str, batch_size: int, mode: str) -> float:
-    """Log how much of each training query's in-batch softmax the teacher puts on its own document
-    (at the contrastive τ, batches of the run's size): a warning in the 'softmax' mode when it is
-    TEACHER_PEAK or more (its soft labels are then nearly the pairs' own labels)."""
+def _report_teacher_peak(embeddings: str, task: str, gin_files: list[str], given: list[str], mode: str) -> None:
+    """Log how much of a training query's in-batch softmax the teacher puts on its own document, on
+    average (batches of the run's size, at the distillation's τ): a warning in the 'softmax' mode when
+    it is TEACHER_PEAK or more (its soft labels are then nearly the pairs' own labels). A diagnostic:
+    when it cannot be measured, that is logged and the fine-tune goes on."""
     from samtone_jax.data.collection import text_id
     from samtone_jax.objectives.embedding_distillation import TEMPERATURE
     from samtone_jax.tasks import catalogue
     from samtone_jax.training import teacher_embeddings
 
-    collection = catalogue.collection(task, "train")
-    pairs = [(text_id(collection.queries[q]), text_id(collection.corpus[d])) for q, d in collection.pairs()]
-    peak = teacher_embeddings.load(embeddings, (task,), "train").positive_probability(pairs, batch_size, TEMPERATURE)
+    try:
+        batch_size = int(_recipe_setting("train.batch_size", gin_files, given))
+        tau = float(_recipe_setting("objective.embedding_distillation_temperature", gin_files, given) or TEMPERATURE)
+        collection = catalogue.collection(task, "train")
+        pairs = [(text_id(collection.queries[q]), text_id(collection.corpus[d])) for q, d in collection.pairs()]
+        peak = teacher_embeddings.load(embeddings, (task,), "train").positive_probability(pairs, batch_size, tau)
+    except Exception as e:  # noqa: BLE001 - a diagnostic never stops the fine-tune
+        log.warning("the teacher's soft labels were not measured (%s: %s); training goes on", type(e).__name__, e)
+        return
     line = (
-        f"the teacher puts {peak:.3f} of each training query's in-batch softmax (batches of {batch_size}, "
-        f"τ {TEMPERATURE:g}) on the query's own document"
+        f"the teacher puts on average {peak:.3f} of a training query's in-batch softmax (batches of {batch_size}, "
+        f"τ {tau:g}) on the query's own document"
     )
     if mode == "softmax" and peak >= TEACHER_PEAK:
         log.warning(
-            "%s: it has learnt these pairs, and its soft labels are nearly their own labels, so --teacher_mode=softmax "
-            "adds little beyond the contrastive loss (a higher objective.embedding_distillation_temperature "
-            "softens them; a teacher that did not train on these pairs has more to tell)",
+            "%s: it looks as though it has learnt these pairs, and its soft labels are nearly their own labels, so "
+            "--teacher_mode=softmax adds little beyond the contrastive loss (a higher "
+            "objective.embedding_distillation_temperature softens them; a teacher that did not train on these "
+            "pairs has more to tell)",
             line,
         )
     else:
         log.info("%s", line)
-    return peak
 
 
 def _table(rows, task: str) -> str:

@@ -67,19 +67,25 @@ class TeacherEmbeddings:
         """The teacher's mean in-batch softmax probability on each query's own document: `batches`
         batches of `batch_size` distinct `pairs` (query text id, document text id) drawn at random (all
         of them in each when there are fewer), each query's softmax at `temperature` over its batch's
-        documents. Near 1, the teacher's soft labels are the pairs' hard labels (a teacher that learnt
-        these pairs): distilling its in-batch ranking adds little beyond the contrastive loss."""
+        documents, less the other copies of its own document and the documents of its own query's other
+        pairs (as id masking leaves them out of the training loss). Near 1, the teacher's soft labels
+        are the pairs' hard labels (a teacher that learnt these pairs): distilling its in-batch ranking
+        adds little beyond the contrastive loss. Only the drawn pairs' rows are read."""
         if not pairs:
             raise BadValueError(f"inputs.teacher_embeddings ({self.where}): no pairs to measure the teacher on")
         ids = np.asarray(pairs, np.int64)
-        rows = self.attach({"query_id": ids[:, 0], "doc_id": ids[:, 1]})
+        rng, size = np.random.default_rng(seed), min(batch_size, len(ids))
+        picks = [rng.choice(len(ids), size, replace=False) for _ in range(batches)]
+        used, where = np.unique(np.concatenate(picks), return_inverse=True)
+        rows = self.attach({"query_id": ids[used, 0], "doc_id": ids[used, 1]})
         q, d = (rows[name].astype(np.float64) for name in NAMES.values())
         q, d = (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) for x in (q, d))
-        rng, size = np.random.default_rng(seed), min(batch_size, len(ids))
         total = 0.0
-        for _ in range(batches):
-            pick = rng.choice(len(ids), size, replace=False)
-            logits = q[pick] @ d[pick].T / temperature
+        for batch in np.split(where, batches):
+            query_ids, doc_ids = ids[used[batch], 0], ids[used[batch], 1]
+            same = (doc_ids[:, None] == doc_ids[None, :]) | (query_ids[:, None] == query_ids[None, :])
+            logits = q[batch] @ d[batch].T / temperature
+            logits = np.where(same & ~np.eye(size, dtype=bool), -np.inf, logits)
             logits -= logits.max(axis=1, keepdims=True)
             total += float(np.mean(np.exp(np.diag(logits)) / np.exp(logits).sum(axis=1)))
         return total / batches
