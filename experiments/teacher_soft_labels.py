@@ -4,8 +4,9 @@ document, on the stand-in's training pairs (which it was fine-tuned on) and on i
 
 Batches of 64 pairs drawn at random (200 a split, seed 0), each query's softmax over its batch's documents
 (its own document's other copies left out, as id masking does) at τ 0.05 (the recipe's contrastive τ and
-the 'softmax' distillation's), 0.1 and 0.2; also the teacher's in-batch top-1. The teacher's embeddings are `samtone encode --side=both` folders: the training split's
-is the one `teacher_kl` distilled (read from finetune_recipe's --out), the test split's is made here.
+the 'softmax' distillation's), 0.1 and 0.2; also the teacher's in-batch top-1. The teacher's embeddings
+are `samtone encode --side=both` folders: the training split's is the one `teacher_kl` distilled (read
+from finetune_recipe's --out), the test split's is made here.
 
   SAMTONE_DATA_DIR=../shared/data .venv/bin/python experiments/teacher_soft_labels.py \
       --recipe runs/finetune_recipe --out runs/teacher_soft_labels
