@@ -277,6 +277,15 @@ def test_the_teacher_soft_labels_peak_is_measured_on_its_pairs():
     assert shared.positive_probability(duplicated, batch_size=4, temperature=0.5, batches=2) == pytest.approx(
         0.635697, abs=1e-6
     )
+    # The cosines it is made from (also the in-batch top-1 of experiments/teacher_soft_labels.py): one
+    # matrix a batch, each query's own document on the diagonal (cosine 1, query 11's 0), and exactly one
+    # left-out document in the rows of queries 10 and 11 (the other copy of document 20), none in the others.
+    matrices = list(shared.in_batch_cosines(duplicated, batch_size=4, batches=2))
+    assert len(matrices) == 2
+    for cosines in matrices:
+        assert sorted(np.diag(cosines)) == pytest.approx([0.0, 1.0, 1.0, 1.0])
+        assert sorted(np.isneginf(cosines).sum(axis=1)) == [0, 0, 1, 1]
+        assert np.isfinite(np.diag(cosines)).all()
     with pytest.raises(BadValueError, match="no query embedding for 1"):
         same.positive_probability([(99, 10)], batch_size=4, temperature=0.5)
     with pytest.raises(BadValueError, match="no pairs"):

@@ -70,7 +70,20 @@ class TeacherEmbeddings:
         documents, less the other copies of its own document and the documents of its own query's other
         pairs (as id masking leaves them out of the training loss). Near 1, the teacher's soft labels
         are the pairs' hard labels (a teacher that learnt these pairs): distilling its in-batch ranking
-        adds little beyond the contrastive loss. Only the drawn pairs' rows are read."""
+        adds little beyond the contrastive loss. Batches as `in_batch_cosines` draws them."""
+        total = 0.0
+        for cosines in self.in_batch_cosines(pairs, batch_size, batches, seed):
+            logits = cosines / temperature
+            logits -= logits.max(axis=1, keepdims=True)
+            total += float(np.mean(np.exp(np.diag(logits)) / np.exp(logits).sum(axis=1)))
+        return total / batches
+
+    def in_batch_cosines(self, pairs: list[tuple[int, int]], batch_size: int, batches: int = 200, seed: int = 0):
+        """The teacher's query x document cosines of `batches` batches of `batch_size` distinct `pairs`
+        (query text id, document text id) drawn at random (all of them in each when there are fewer),
+        one float64 matrix a batch with each query's own document on the diagonal; -inf where id masking
+        would leave a document out (another copy of the query's document, or the document of another of
+        its query's pairs). Only the drawn pairs' rows are read."""
         if not pairs:
             raise BadValueError(f"inputs.teacher_embeddings ({self.where}): no pairs to measure the teacher on")
         ids = np.asarray(pairs, np.int64)
@@ -80,15 +93,10 @@ class TeacherEmbeddings:
         rows = self.attach({"query_id": ids[used, 0], "doc_id": ids[used, 1]})
         q, d = (rows[name].astype(np.float64) for name in NAMES.values())
         q, d = (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) for x in (q, d))
-        total = 0.0
         for batch in np.split(where, batches):
             query_ids, doc_ids = ids[used[batch], 0], ids[used[batch], 1]
             same = (doc_ids[:, None] == doc_ids[None, :]) | (query_ids[:, None] == query_ids[None, :])
-            logits = q[batch] @ d[batch].T / temperature
-            logits = np.where(same & ~np.eye(size, dtype=bool), -np.inf, logits)
-            logits -= logits.max(axis=1, keepdims=True)
-            total += float(np.mean(np.exp(np.diag(logits)) / np.exp(logits).sum(axis=1)))
-        return total / batches
+            yield np.where(same & ~np.eye(size, dtype=bool), -np.inf, q[batch] @ d[batch].T)
 
 
 def load(folders: str | tuple[str, ...], tasks: tuple[str, ...], split: str) -> TeacherEmbeddings:
