@@ -11,8 +11,8 @@ Models: all-MiniLM-L6-v2 (the lock's wheel) and, with --models all-mpnet-base-v2
 Prints texts/s of each side, our ÷ theirs, and the smallest cosine between the two sides' embeddings
 (the same model: ≥ 0.9999 or the comparison is void). Then the ceiling: each side's rate in model
 FLOPs of the real tokens (training/model_flops.py's count, forward only: a third of a training
-step's) as a share of this CPU's float32 matmul peak (the better of XLA's 1024² product, the training log's
-MFU peak, and torch's), and
+step's) as a share of this CPU's float32 matmul peak (the better of XLA's 1024² product, which is the training
+log's MFU peak, and torch's), and
 the most any float32 encoder could reach against sentence-transformers, computing only the real
 tokens at that peak (peak ÷ its rate).
 
